@@ -1,0 +1,103 @@
+"""Argument checks for the public API: each error names the argument, what was expected and what came."""
+from __future__ import annotations
+
+import inspect
+
+import torch
+
+LOOKUPS = ("ngram", "none")
+
+
+def check_model(model) -> None:
+    """Raise TypeError unless `model` is a Hugging Face causal LM that can decode with a KV cache."""
+    from transformers import PreTrainedModel
+
+    name = type(model).__name__
+    if not isinstance(model, PreTrainedModel):
+        raise TypeError(f"model must be a transformers PreTrainedModel (e.g. from AutoModelForCausalLM), got {name}")
+    if getattr(model.config, "is_encoder_decoder", False):
+        raise TypeError(f"model must be a decoder-only causal LM; {name} is an encoder-decoder model")
+    if not model.can_generate() or model.get_output_embeddings() is None:
+        raise TypeError(
+            f"model must be a causal language model with an LM head (AutoModelForCausalLM), got {name}"
+        )
+    params = inspect.signature(model.forward).parameters
+    if "past_key_values" not in params or "use_cache" not in params:
+        raise TypeError(f"model must accept past_key_values and use_cache to decode with a KV cache; {name} does not")
+
+
+def check_int(name: str, value, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < low:
+        raise ValueError(f"{name} must be >= {low}, got {value}")
+    return value
+
+
+def check_lookup(lookup: str) -> str:
+    if lookup not in LOOKUPS:
+        raise ValueError(f"lookup must be one of {', '.join(map(repr, LOOKUPS))}, got {lookup!r}")
+    return lookup
+
+
+def check_inputs(model, input_ids, attention_mask) -> tuple[torch.Tensor, torch.Tensor]:
+    """Return (input_ids, attention_mask) as LongTensors [B, L] on the model's device."""
+    input_ids = _as_batch("input_ids", input_ids)
+    if attention_mask is None:
+        attention_mask = torch.ones_like(input_ids)
+    else:
+        attention_mask = _as_batch("attention_mask", attention_mask)
+        if attention_mask.shape != input_ids.shape:
+            raise ValueError(
+                f"attention_mask must have the shape of input_ids {tuple(input_ids.shape)}, "
+                f"got {tuple(attention_mask.shape)}"
+            )
+        if ((attention_mask != 0) & (attention_mask != 1)).any():
+            raise ValueError("attention_mask must hold only 0 and 1")
+        if (attention_mask.sum(-1) == 0).any():
+            raise ValueError("attention_mask has a row with no token to attend to (all zeros)")
+    vocab = model.get_input_embeddings().num_embeddings
+    real = input_ids[attention_mask.bool()]
+    if real.numel() and (real.min() < 0 or real.max() >= vocab):
+        raise ValueError(
+            f"input_ids must lie in [0, {vocab}) (the model's vocabulary), got ids from {int(real.min())} "
+            f"to {int(real.max())}"
+        )
+    device = model.device
+    return input_ids.to(device), attention_mask.to(device)
+
+
+def check_length(model, attention_mask: torch.Tensor, max_new_tokens: int) -> None:
+    """Raise ValueError if the longest row would run past the model's position limit."""
+    limit = _position_limit(model.config)
+    longest = int(attention_mask.sum(-1).max())
+    if limit is not None and longest + max_new_tokens > limit:
+        raise ValueError(
+            f"max_new_tokens={max_new_tokens} with a prompt of {longest} tokens exceeds the model's position limit "
+            f"of {limit} tokens (max_position_embeddings); lower max_new_tokens to at most {max(limit - longest, 0)}"
+        )
+
+
+def _position_limit(config):
+    for attr in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+        value = getattr(config, attr, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def _as_batch(name: str, value) -> torch.Tensor:
+    if not isinstance(value, torch.Tensor):
+        try:
+            value = torch.as_tensor(value)
+        except (TypeError, ValueError, RuntimeError) as err:
+            raise TypeError(f"{name} must be a LongTensor or a nested list of ints, got {type(value).__name__}") from err
+    if value.dtype.is_floating_point or value.dtype.is_complex or value.dtype == torch.bool:
+        raise TypeError(f"{name} must hold integers (a LongTensor), got dtype {value.dtype}")
+    if value.dim() == 1:
+        value = value.unsqueeze(0)
+    if value.dim() != 2:
+        raise ValueError(f"{name} must have shape [batch, length], got {tuple(value.shape)}")
+    if value.numel() == 0:
+        raise ValueError(f"{name} must not be empty, got shape {tuple(value.shape)}")
+    return value.long()

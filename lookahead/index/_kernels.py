@@ -1,0 +1,134 @@
+"""Numba kernels for the n-gram index. Module-level @njit functions over int arrays that the caller owns.
+
+Layout shared with `ngram.NgramIndex`:
+  hist   int32[capacity]   the tokens held, hist[:n]
+  keys   uint64[T]         open-addressing hash table (T a power of two), 0 = empty slot
+  vals   int64[T]          for each n-gram key: the end (exclusive) of its most recent indexed occurrence
+  state  int64[4]          n, ptr, run, used
+    ptr  end of the earlier occurrence being copied (-1: none); the draft is hist[ptr:ptr + k]
+    run  how many tokens before ptr agree with the last `run` tokens held
+    used number of occupied table slots
+"""
+import numpy as np
+from numba import njit
+
+N, PTR, RUN, USED = 0, 1, 2, 3
+_SEED = np.uint64(0x243F6A8885A308D3)
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_GOLD = np.uint64(0x9E3779B97F4A7C15)
+
+
+@njit(cache=True, inline="always")
+def _mix(h, t):
+    # splitmix64 step over one token; the running value hashes hist[end-k:end] read backwards
+    h = (h ^ (np.uint64(t) + _GOLD)) * _M1
+    return h ^ (h >> np.uint64(29))
+
+
+@njit(cache=True, inline="always")
+def _key(h, k):
+    z = (h + np.uint64(k) * _GOLD) * _M2
+    z ^= z >> np.uint64(32)
+    return z if z != np.uint64(0) else np.uint64(1)
+
+
+@njit(cache=True)
+def _insert(keys, vals, key, end):
+    """Map key -> end (newest wins). Returns 1 if a new slot was taken."""
+    mask = np.uint64(keys.shape[0] - 1)
+    i = np.int64(key & mask)
+    while True:
+        if keys[i] == key:
+            vals[i] = end
+            return 0
+        if keys[i] == np.uint64(0):
+            keys[i] = key
+            vals[i] = end
+            return 1
+        i = (i + 1) & np.int64(mask)
+
+
+@njit(cache=True)
+def _lookup(keys, vals, key):
+    mask = np.uint64(keys.shape[0] - 1)
+    i = np.int64(key & mask)
+    while True:
+        if keys[i] == key:
+            return vals[i]
+        if keys[i] == np.uint64(0):
+            return -1
+        i = (i + 1) & np.int64(mask)
+
+
+@njit(cache=True)
+def _index_ending_at(hist, end, keys, vals, max_ngram):
+    """Index every n-gram (1..max_ngram) that ends at `end`. Returns the number of new slots."""
+    h = _SEED
+    added = 0
+    for k in range(1, min(max_ngram, end) + 1):
+        h = _mix(h, hist[end - k])
+        added += _insert(keys, vals, _key(h, k), end)
+    return added
+
+
+@njit(cache=True)
+def _rematch(hist, n, keys, vals, max_ngram, min_ngram, run):
+    """Longest suffix of hist[:n] longer than `run` (and >= min_ngram) that occurred earlier.
+
+    Returns (end of its most recent earlier occurrence, its length), or (-1, 0) when none is longer than `run`.
+    """
+    h = _SEED
+    best_end, best_k = -1, 0
+    for k in range(1, min(max_ngram, n - 1) + 1):
+        h = _mix(h, hist[n - k])
+        if k <= run or k < min_ngram:
+            continue
+        e = _lookup(keys, vals, _key(h, k))
+        if e < 0:
+            break  # a longer suffix cannot recur if this one does not
+        best_end, best_k = e, k
+    return best_end, best_k
+
+
+@njit(cache=True)
+def ngram_extend(new, hist, keys, vals, state, max_ngram, min_ngram):
+    """Append `new` to hist[:n], keeping the table and the copy pointer current. O(max_ngram) per token."""
+    n, ptr, run, used = state[N], state[PTR], state[RUN], state[USED]
+    for j in range(new.shape[0]):
+        t = new[j]
+        # n-grams ending at n are indexed only now, so a lookup never finds the suffix itself
+        used += _index_ending_at(hist, n, keys, vals, max_ngram)
+        hist[n] = t
+        n += 1
+        if ptr >= 0 and hist[ptr] == t:
+            ptr += 1
+            run += 1
+        else:
+            ptr, run = -1, 0
+        if run < max_ngram:
+            e, k = _rematch(hist, n, keys, vals, max_ngram, min_ngram, run)
+            if e >= 0:
+                ptr, run = e, k
+    state[N], state[PTR], state[RUN], state[USED] = n, ptr, run, used
+
+
+@njit(cache=True)
+def ngram_propose(hist, state, max_tokens, out):
+    """Write the continuation of the copy in progress into out; return how many tokens were written."""
+    n, ptr = state[N], state[PTR]
+    if ptr < 0 or max_tokens <= 0:
+        return 0
+    m = min(max_tokens, n - ptr, out.shape[0])
+    for i in range(m):
+        out[i] = hist[ptr + i]
+    return m
+
+
+@njit(cache=True)
+def ngram_rebuild(hist, n, keys, vals, max_ngram):
+    """Re-index hist[:n] into a fresh (zeroed) table, as extend would have. Returns slots used."""
+    used = 0
+    for end in range(1, n):
+        used += _index_ending_at(hist, end, keys, vals, max_ngram)
+    return used

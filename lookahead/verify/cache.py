@@ -1,0 +1,32 @@
+"""The only code that changes the KV cache's layout: creation, rollback of rejected drafts, dropping rows.
+
+Rejected draft tokens cost nothing to undo: their keys/values sit at the end of the cache and are cut off.
+Sliding-window layers are told to record their past so that a rollback after a verification step is possible.
+"""
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache
+
+
+def new_cache(model) -> DynamicCache:
+    """A dynamic cache for `model` whose every layer can be rolled back after a verification step."""
+    try:
+        cache = DynamicCache(config=model.config)
+    except TypeError:  # older transformers: no config argument
+        cache = DynamicCache()
+    if hasattr(cache, "activate_past_recording"):
+        cache.activate_past_recording()
+    return cache
+
+
+def rollback(cache, keep: int) -> None:
+    """Cut the cache back to its first `keep` slots (drops the keys/values of rejected drafts)."""
+    extra = cache.get_seq_length() - keep
+    assert extra >= 0, f"cannot roll a cache of {cache.get_seq_length()} slots forward to {keep}"
+    cache.crop(-extra)
+
+
+def select_rows(cache, rows: torch.Tensor) -> None:
+    """Keep only the batch rows `rows` (a 1-D LongTensor of row indices) in the cache."""
+    cache.batch_select_indices(rows)

@@ -1,0 +1,23 @@
+"""Test settings: a hypothesis profile sized for a 2-core CI machine, and shared fixtures."""
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile("ci", max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("dev", max_examples=60, deadline=None)
+settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+STORIES = SHARED / "models" / "stories260K"
+
+
+@pytest.fixture(scope="session")
+def stories_model():
+    """The real pretrained 260K-parameter Llama from ../shared/models, or skip when it is absent."""
+    if not (STORIES / "config.json").exists():
+        pytest.skip(f"{STORIES} not found")
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(STORIES).eval()

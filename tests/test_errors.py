@@ -1,0 +1,90 @@
+"""Every bad argument to generate() gets an error that names it and says what was expected."""
+import pytest
+import torch
+import transformers as T
+
+from lookahead import generate
+from models import tiny_model
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_model("llama")
+
+
+IDS = torch.tensor([[5, 6, 7, 8]])
+
+
+@pytest.mark.parametrize(
+    "args, kwargs, error, message",
+    [
+        ((torch.zeros(1, 0, dtype=torch.long),), {}, ValueError, r"input_ids must not be empty, got shape \(1, 0\)"),
+        ((torch.tensor([[1.0, 2.0]]),), {}, TypeError, "input_ids must hold integers .* got dtype torch.float32"),
+        (("hello",), {}, TypeError, "input_ids must be a LongTensor or a nested list of ints, got str"),
+        ((torch.tensor([[5, 96]]),), {}, ValueError, r"input_ids must lie in \[0, 96\) .* from 5 to 96"),
+        ((torch.tensor([[-1, 5]]),), {}, ValueError, r"input_ids must lie in \[0, 96\)"),
+        ((torch.zeros(1, 2, 3, dtype=torch.long),), {}, ValueError, r"input_ids must have shape \[batch, length\]"),
+        ((IDS,), {"attention_mask": torch.ones(1, 3, dtype=torch.long)}, ValueError,
+         r"attention_mask must have the shape of input_ids \(1, 4\), got \(1, 3\)"),
+        ((IDS,), {"attention_mask": torch.zeros(1, 4, dtype=torch.long)}, ValueError, "a row with no token"),
+        ((IDS,), {"attention_mask": torch.full((1, 4), 2)}, ValueError, "attention_mask must hold only 0 and 1"),
+        ((IDS,), {"max_ngram": 0}, ValueError, "max_ngram must be >= 1, got 0"),
+        ((IDS,), {"max_ngram": 2, "min_ngram": 3}, ValueError, "min_ngram must be <= max_ngram"),
+        ((IDS,), {"num_draft_tokens": -1}, ValueError, "num_draft_tokens must be >= 0, got -1"),
+        ((IDS,), {"num_draft_tokens": 2.0}, TypeError, "num_draft_tokens must be an int, got float"),
+        ((IDS,), {"max_new_tokens": 0}, ValueError, "max_new_tokens must be >= 1, got 0"),
+        ((IDS,), {"lookup": "bogus"}, ValueError, "lookup must be one of 'ngram', 'none', got 'bogus'"),
+        ((IDS,), {"max_new_tokens": 600}, ValueError,
+         "max_new_tokens=600 with a prompt of 4 tokens exceeds the model's position limit of 512"),
+        ((IDS,), {"eos_token_id": "x"}, TypeError, "eos_token_id must be an int or a list of ints"),
+        ((IDS,), {"pad_token_id": 1.5}, TypeError, "pad_token_id must be an int"),
+    ],
+)
+def test_bad_arguments(model, args, kwargs, error, message):
+    with pytest.raises(error, match=message):
+        generate(model, *args, **kwargs)
+
+
+def test_rejects_a_model_without_lm_head():
+    config = T.LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                           num_attention_heads=2)
+    with pytest.raises(TypeError, match="causal language model with an LM head .* got LlamaModel"):
+        generate(T.LlamaModel(config), IDS)
+
+
+def test_rejects_an_encoder_decoder_model():
+    config = T.BartConfig(vocab_size=32, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+                          decoder_attention_heads=2, encoder_ffn_dim=16, decoder_ffn_dim=16)
+    with pytest.raises(TypeError, match="decoder-only causal LM; BartForConditionalGeneration is an encoder-decoder"):
+        generate(T.BartForConditionalGeneration(config), IDS)
+
+
+def test_rejects_something_that_is_not_a_model():
+    with pytest.raises(TypeError, match="must be a transformers PreTrainedModel .* got Linear"):
+        generate(torch.nn.Linear(2, 2), IDS)
+
+
+class _NoCacheLM(T.PreTrainedModel, T.GenerationMixin):
+    """A language model whose forward takes no KV cache."""
+
+    config_class = T.LlamaConfig
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.embed = torch.nn.Embedding(config.vocab_size, 8)
+        self.lm_head = torch.nn.Linear(8, config.vocab_size)
+
+    def get_input_embeddings(self):
+        return self.embed
+
+    def get_output_embeddings(self):
+        return self.lm_head
+
+    def forward(self, input_ids, attention_mask=None):
+        return self.lm_head(self.embed(input_ids))
+
+
+def test_rejects_a_model_that_cannot_use_a_cache():
+    model = _NoCacheLM(T.LlamaConfig(vocab_size=32, hidden_size=8, num_hidden_layers=1, num_attention_heads=1))
+    with pytest.raises(TypeError, match="must accept past_key_values and use_cache .* _NoCacheLM does not"):
+        generate(model, IDS)

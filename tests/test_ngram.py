@@ -1,0 +1,127 @@
+"""NgramIndex against a plain-Python reference."""
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from lookahead.index import NgramIndex
+from strategies import chunked, token_lists
+
+
+def naive_longest_match(tokens, min_ngram, max_ngram):
+    """(k, ends): the longest suffix length k in [min_ngram, max_ngram] that occurs earlier, and the ends
+    (exclusive) of its earlier occurrences; (0, []) when no such suffix recurs."""
+    n = len(tokens)
+    for k in range(min(max_ngram, n - 1), min_ngram - 1, -1):
+        suffix = tokens[n - k:]
+        ends = [e for e in range(k, n) if tokens[e - k:e] == suffix]
+        if ends:
+            return k, ends
+    return 0, []
+
+
+@given(token_lists(), st.integers(1, 5), st.integers(0, 4), st.integers(0, 12))
+def test_proposal_continues_an_earlier_occurrence_of_the_longest_suffix(tokens, max_ngram, extra, max_tokens):
+    """A proposal is what followed some earlier occurrence of the longest recurring suffix, as long as allowed."""
+    min_ngram = max(1, max_ngram - extra)
+    index = NgramIndex(max_ngram, min_ngram)
+    index.extend(tokens)
+    draft = index.propose(max_tokens).tolist()
+    k, ends = naive_longest_match(tokens, min_ngram, max_ngram)
+    if not ends or max_tokens == 0:
+        assert draft == []
+        return
+    n = len(tokens)
+    assert any(draft == tokens[e:e + min(max_tokens, n - e)] for e in ends)
+    assert index.match_length >= k
+
+
+@given(chunked(token_lists()), st.integers(1, 5), st.lists(st.integers(0, 12), min_size=8, max_size=8))
+def test_interleaved_extend_and_propose_equal_a_fresh_index(chunks, max_ngram, asks):
+    """Proposing between extends changes nothing: the state depends on the tokens alone."""
+    incremental = NgramIndex(max_ngram)
+    seen = []
+    for chunk, ask in zip(chunks, asks * 2):
+        incremental.extend(chunk)
+        seen += chunk
+        fresh = NgramIndex(max_ngram)
+        fresh.extend(seen)
+        assert incremental.propose(ask).tolist() == fresh.propose(ask).tolist()
+        assert len(incremental) == len(fresh) == len(seen)
+
+
+def test_follows_the_copy_in_progress_over_a_more_recent_short_match():
+    """With max_ngram=2 the suffix (3, 4) last occurred before 7, but the copy under way says 5."""
+    index = NgramIndex(max_ngram=2)
+    index.extend([1, 2, 3, 4, 5, 9, 3, 4, 7, 9, 1, 2, 3, 4])
+    assert index.propose(2).tolist() == [5, 9]
+    assert index.match_length == 4
+
+
+def test_restarts_from_the_most_recent_occurrence():
+    """A fresh match copies from the latest earlier occurrence."""
+    index = NgramIndex(max_ngram=2)
+    index.extend([3, 4, 5, 3, 4, 6, 8, 4])
+    assert index.propose(1).tolist() == [6]
+
+
+def test_large_inputs_grow_buffers_and_keep_matching():
+    """Past the initial capacity (table rebuilds included) the result still agrees with the reference."""
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(0, 40, 5000).tolist()
+    tokens += tokens[1234:1260]
+    index = NgramIndex(max_ngram=4)
+    for start in range(0, len(tokens), 700):
+        index.extend(np.array(tokens[start:start + 700]))
+    k, ends = naive_longest_match(tokens, 1, 4)
+    assert k == 4
+    draft = index.propose(10).tolist()
+    assert any(draft == tokens[e:e + 10] for e in ends)
+    assert draft == tokens[1260:1270]  # the 26-token copy in progress wins
+
+
+def test_accepts_lists_arrays_and_tensors_and_resets():
+    index = NgramIndex(max_ngram=3)
+    index.extend([1, 2, 3])
+    index.extend(np.array([1, 2], dtype=np.int64))
+    index.extend(torch.tensor([3, 1]))
+    assert len(index) == 7
+    assert index.propose(3).dtype == np.int64
+    index.reset()
+    assert len(index) == 0 and index.propose(3).size == 0
+    index.extend([])
+    assert len(index) == 0
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [
+        ({"max_ngram": 0}, ValueError, "max_ngram must be an integer >= 1, got 0"),
+        ({"max_ngram": 2.5}, ValueError, "max_ngram must be an integer >= 1, got 2.5"),
+        ({"min_ngram": 0}, ValueError, "min_ngram must be an integer >= 1, got 0"),
+        ({"max_ngram": 2, "min_ngram": 3}, ValueError, "min_ngram must be <= max_ngram, got min_ngram=3 > max_ngram=2"),
+    ],
+)
+def test_constructor_errors(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        NgramIndex(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "tokens, error, message",
+    [
+        ([1.5, 2.0], TypeError, "tokens must hold integer ids, got dtype float64"),
+        (torch.tensor([1.0]), TypeError, "got a tensor of dtype torch.float32"),
+        ([[1, 2], [3, 4]], ValueError, r"tokens must be one-dimensional, got shape \(2, 2\)"),
+        ([1, -2], ValueError, r"token ids must lie in \[0, 2147483647\], got min -2"),
+    ],
+)
+def test_extend_errors(tokens, error, message):
+    with pytest.raises(error, match=message):
+        NgramIndex().extend(tokens)
+
+
+def test_propose_rejects_negative_count():
+    with pytest.raises(ValueError, match="max_tokens must be >= 0, got -1"):
+        NgramIndex().propose(-1)

@@ -32,9 +32,17 @@ def test_proposal_continues_an_earlier_occurrence_of_the_longest_suffix(tokens, 
     if not ends or max_tokens == 0:
         assert draft == []
         return
-    n = len(tokens)
-    assert any(draft == tokens[e:e + min(max_tokens, n - e)] for e in ends)
+    assert any(is_continuation(tokens, e, draft, max_tokens) for e in ends)
     assert index.match_length >= k
+
+
+def is_continuation(tokens, end, draft, max_tokens):
+    """draft is tokens[end:] (as much as allowed), extended past the end only by repeating a full period."""
+    period = len(tokens) - end
+    if len(draft) < min(max_tokens, period) or draft[:period] != tokens[end:end + len(draft)]:
+        return False
+    repeats = tokens[end - period:end] == tokens[end:] if end >= period else False
+    return len(draft) <= period or (repeats and all(draft[i] == draft[i - period] for i in range(period, len(draft))))
 
 
 @given(chunked(token_lists()), st.integers(1, 5), st.lists(st.integers(0, 12), min_size=8, max_size=8))
@@ -59,6 +67,13 @@ def test_follows_the_copy_in_progress_over_a_more_recent_short_match():
     assert index.match_length == 4
 
 
+def test_periodic_text_is_extrapolated():
+    """A repeating pattern keeps being proposed past the end of what was seen."""
+    index = NgramIndex(max_ngram=3)
+    index.extend([7, 1, 2, 1, 2, 1, 2])
+    assert index.propose(5).tolist() == [1, 2, 1, 2, 1]
+
+
 def test_restarts_from_the_most_recent_occurrence():
     """A fresh match copies from the latest earlier occurrence."""
     index = NgramIndex(max_ngram=2)
@@ -77,7 +92,7 @@ def test_large_inputs_grow_buffers_and_keep_matching():
     k, ends = naive_longest_match(tokens, 1, 4)
     assert k == 4
     draft = index.propose(10).tolist()
-    assert any(draft == tokens[e:e + 10] for e in ends)
+    assert any(is_continuation(tokens, e, draft, 10) for e in ends)
     assert draft == tokens[1260:1270]  # the 26-token copy in progress wins
 
 

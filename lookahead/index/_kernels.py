@@ -115,13 +115,20 @@ def ngram_extend(new, hist, keys, vals, state, max_ngram, min_ngram):
 
 @njit(cache=True)
 def ngram_propose(hist, state, max_tokens, out):
-    """Write the continuation of the copy in progress into out; return how many tokens were written."""
-    n, ptr = state[N], state[PTR]
+    """Write the continuation of the copy in progress into out; return how many tokens were written.
+
+    The continuation hist[ptr:n] is extended past the end only when the text is periodic (the match covers at
+    least one full period n - ptr): then the next tokens repeat the period.
+    """
+    n, ptr, run = state[N], state[PTR], state[RUN]
     if ptr < 0 or max_tokens <= 0:
         return 0
-    m = min(max_tokens, n - ptr, out.shape[0])
+    period = n - ptr
+    m = min(max_tokens, out.shape[0])
+    if run < period:
+        m = min(m, period)
     for i in range(m):
-        out[i] = hist[ptr + i]
+        out[i] = hist[ptr + i] if i < period else out[i - period]
     return m
 
 

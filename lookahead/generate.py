@@ -45,6 +45,7 @@ class _Rows:
     """Decoding state of the rows still running; entry i of each field belongs to original row `ids[i]`."""
 
     ids: list
+    prompts: torch.Tensor  # [b, P] the (left-padded) prompts
     mask: torch.Tensor  # [b, S] which cache slots each row attends to
     pos: np.ndarray  # [b] position id of the row's next token
     last: np.ndarray  # [b] newest token, not yet in the cache
@@ -63,6 +64,7 @@ def generate(
     max_new_tokens: int = 128,
     eos_token_id=None,
     pad_token_id=None,
+    logits_processor=None,
     return_stats: bool = False,
 ):
     """Greedy generation that returns exactly what `model.generate(do_sample=False)` returns, in fewer forwards.
@@ -77,6 +79,8 @@ def generate(
         max_new_tokens: most tokens generated per row.
         eos_token_id: int or list of ints that end a row. Default: the model's generation config.
         pad_token_id: fills rows that ended early. Default: generation config, else the first eos id.
+        logits_processor: a `LogitsProcessorList` (or any `f(input_ids, scores) -> scores`), applied at every
+            verified position with that position's own prefix, as `model.generate` applies it.
         return_stats: also return a `GenerationStats`.
 
     Returns:
@@ -108,17 +112,19 @@ def generate(
 
     stats = GenerationStats()
     with torch.inference_mode():
-        outs = _decode(model, input_ids, attention_mask, make_index, num_draft_tokens, max_new_tokens, eos, stats)
+        outs = _decode(model, input_ids, attention_mask, make_index, num_draft_tokens, max_new_tokens, eos, stats,
+                       _Scorer(logits_processor, pad))
     sequences = _assemble(input_ids, outs, pad)
     return (sequences, stats) if return_stats else sequences
 
 
-def _decode(model, input_ids, mask, make_index, k, max_new, eos, stats) -> list:
+def _decode(model, input_ids, mask, make_index, k, max_new, eos, stats, scorer) -> list:
     """Run the loop; return the new tokens of each row."""
     cache = new_cache(model)
-    first = _prefill(model, cache, input_ids, mask, stats)
+    first = _prefill(model, cache, input_ids, mask, stats, scorer)
     outs = [[] for _ in range(input_ids.shape[0])]
-    rows = _Rows(list(range(len(outs))), mask, mask.sum(-1).cpu().numpy(), first, [make_index() for _ in outs])
+    positions = mask.sum(-1).cpu().numpy()
+    rows = _Rows(list(range(len(outs))), input_ids, mask, positions, first, [make_index() for _ in outs])
     for i, index in enumerate(rows.indexes):
         if index is not None:
             index.extend(input_ids[i][mask[i].bool()])
@@ -126,7 +132,8 @@ def _decode(model, input_ids, mask, make_index, k, max_new, eos, stats) -> list:
     rows = _drop(cache, rows, done)
     while rows.ids:
         drafts, lens = _propose(rows, outs, k, max_new)
-        targets = _verify(model, cache, rows, drafts, lens, stats)  # [b, D+1]
+        logits = _verify(model, cache, rows, drafts, lens, stats)  # [b, D+1, V]
+        targets = scorer(logits, rows, outs, drafts).argmax(-1).cpu().numpy()  # the one host-device sync
         accepted = greedy_accept(drafts, lens, targets)
         _commit(cache, rows, accepted)
         gained = [list(drafts[i, :a]) + [targets[i, a]] for i, a in enumerate(accepted)]
@@ -139,7 +146,7 @@ def _decode(model, input_ids, mask, make_index, k, max_new, eos, stats) -> list:
     return outs
 
 
-def _prefill(model, cache, input_ids, mask, stats) -> np.ndarray:
+def _prefill(model, cache, input_ids, mask, stats, scorer) -> np.ndarray:
     position_ids = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
     kwargs = {"logits_to_keep": 1} if _accepts(model, "logits_to_keep") else {}
     logits = model(
@@ -148,7 +155,7 @@ def _prefill(model, cache, input_ids, mask, stats) -> np.ndarray:
     ).logits
     stats.forward_passes += 1
     stats.row_forwards += input_ids.shape[0]
-    return logits[:, -1].argmax(-1).cpu().numpy()
+    return scorer.at(input_ids, logits[:, -1]).argmax(-1).cpu().numpy()
 
 
 def _propose(rows: _Rows, outs, k: int, max_new: int) -> tuple[np.ndarray, np.ndarray]:
@@ -164,8 +171,8 @@ def _propose(rows: _Rows, outs, k: int, max_new: int) -> tuple[np.ndarray, np.nd
     return drafts, lens
 
 
-def _verify(model, cache, rows: _Rows, drafts, lens, stats) -> np.ndarray:
-    """One forward over [last token, drafts] of every row; returns the target's argmax at each of them."""
+def _verify(model, cache, rows: _Rows, drafts, lens, stats) -> torch.Tensor:
+    """One forward over [last token, drafts] of every row; returns the logits after each of them."""
     b, d = drafts.shape
     device = rows.mask.device
     tokens = torch.from_numpy(np.concatenate([rows.last[:, None], drafts], axis=1)).to(device)
@@ -177,7 +184,35 @@ def _verify(model, cache, rows: _Rows, drafts, lens, stats) -> np.ndarray:
     ).logits  # [b, D+1, V]
     stats.forward_passes += 1
     stats.row_forwards += b
-    return logits.argmax(-1).cpu().numpy()  # the one host-device sync of the step
+    return logits
+
+
+class _Scorer:
+    """Applies the logits processors at each verified position, with that position's prefix as input_ids."""
+
+    def __init__(self, processor, pad: int):
+        self.processor, self.pad = processor, pad
+
+    def at(self, prefix: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        return scores if self.processor is None else self.processor(prefix, scores)
+
+    def __call__(self, logits, rows: _Rows, outs, drafts) -> torch.Tensor:  # [b, D+1, V] -> same
+        if self.processor is None:
+            return logits
+        heads = [torch.cat([rows.prompts[i].cpu(), torch.tensor(outs[rid], dtype=torch.long)])
+                 for i, rid in enumerate(rows.ids)]
+        for j in range(logits.shape[1]):
+            prefix = [torch.cat([h, torch.from_numpy(drafts[i, :j])]) for i, h in enumerate(heads)]
+            logits[:, j] = self.at(_left_pad(prefix, self.pad).to(logits.device), logits[:, j])
+        return logits
+
+
+def _left_pad(seqs: list, pad: int) -> torch.Tensor:
+    width = max(len(s) for s in seqs)
+    out = torch.full((len(seqs), width), pad, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        out[i, width - len(s):] = s
+    return out
 
 
 def _commit(cache, rows: _Rows, accepted: np.ndarray) -> None:
@@ -212,7 +247,7 @@ def _drop(cache, rows: _Rows, done: list) -> _Rows:
     if keep:
         select_rows(cache, torch.tensor(keep, device=rows.mask.device))
     return _Rows(
-        [rows.ids[i] for i in keep], rows.mask[keep], rows.pos[keep], rows.last[keep], [rows.indexes[i] for i in keep]
+        [rows.ids[i] for i in keep], rows.prompts[keep], rows.mask[keep], rows.pos[keep], rows.last[keep], [rows.indexes[i] for i in keep]
     )
 
 

@@ -13,6 +13,7 @@ import torch
 
 from . import _validate as V
 from .index import NgramIndex
+from .policy import DraftLength
 from .verify import greedy_accept, new_cache, rollback, select_rows
 
 
@@ -61,6 +62,7 @@ def generate(
     max_ngram: int = 4,
     min_ngram: int = 1,
     num_draft_tokens: int = 10,
+    draft_cost: float | None = None,
     max_new_tokens: int = 128,
     eos_token_id=None,
     pad_token_id=None,
@@ -76,6 +78,9 @@ def generate(
         lookup: "ngram" (draft from an `NgramIndex` over prompt and output) or "none" (plain decoding).
         max_ngram, min_ngram: longest and shortest suffix the index matches.
         num_draft_tokens: most draft tokens verified per row and step (0 disables drafting).
+        draft_cost: cost of verifying one more token, as a fraction of a one-token forward; drafts are only as long
+            as the acceptance seen so far pays for (`lookahead.policy.DraftLength`). Default: 0.1 on CPU, 0.02 on
+            an accelerator. 0 always drafts `num_draft_tokens` when there is a match.
         max_new_tokens: most tokens generated per row.
         eos_token_id: int or list of ints that end a row. Default: the model's generation config.
         pad_token_id: fills rows that ended early. Default: generation config, else the first eos id.
@@ -102,6 +107,8 @@ def generate(
         raise ValueError(f"min_ngram must be <= max_ngram, got min_ngram={min_ngram} > max_ngram={max_ngram}")
     V.check_int("num_draft_tokens", num_draft_tokens, 0)
     V.check_int("max_new_tokens", max_new_tokens, 1)
+    if draft_cost is not None and not (isinstance(draft_cost, (int, float)) and draft_cost >= 0):
+        raise ValueError(f"draft_cost must be a number >= 0 or None, got {draft_cost!r}")
     input_ids, attention_mask = V.check_inputs(model, input_ids, attention_mask)
     V.check_length(model, attention_mask, max_new_tokens)
     eos = _eos_ids(model, eos_token_id)
@@ -112,13 +119,14 @@ def generate(
 
     stats = GenerationStats()
     with torch.inference_mode():
-        outs = _decode(model, input_ids, attention_mask, make_index, num_draft_tokens, max_new_tokens, eos, stats,
-                       _Scorer(logits_processor, pad))
+        cost = draft_cost if draft_cost is not None else _default_cost(model)
+        outs = _decode(model, input_ids, attention_mask, make_index, num_draft_tokens, cost, max_new_tokens, eos,
+                       stats, _Scorer(logits_processor, pad))
     sequences = _assemble(input_ids, outs, pad)
     return (sequences, stats) if return_stats else sequences
 
 
-def _decode(model, input_ids, mask, make_index, k, max_new, eos, stats, scorer) -> list:
+def _decode(model, input_ids, mask, make_index, k, draft_cost, max_new, eos, stats, scorer) -> list:
     """Run the loop; return the new tokens of each row."""
     cache = new_cache(model)
     first = _prefill(model, cache, input_ids, mask, stats, scorer)
@@ -130,11 +138,13 @@ def _decode(model, input_ids, mask, make_index, k, max_new, eos, stats, scorer) 
             index.extend(input_ids[i][mask[i].bool()])
     done = _append(rows, outs, [[int(t)] for t in first], max_new, eos)
     rows = _drop(cache, rows, done)
+    policy = DraftLength(k, draft_cost)
     while rows.ids:
-        drafts, lens = _propose(rows, outs, k, max_new)
+        drafts, lens, matches = _propose(rows, outs, policy, max_new)
         logits = _verify(model, cache, rows, drafts, lens, stats)  # [b, D+1, V]
         targets = scorer(logits, rows, outs, drafts).argmax(-1).cpu().numpy()  # the one host-device sync
         accepted = greedy_accept(drafts, lens, targets)
+        policy.update(matches, lens, accepted)
         _commit(cache, rows, accepted)
         gained = [list(drafts[i, :a]) + [targets[i, a]] for i, a in enumerate(accepted)]
         stats.draft_tokens += int(lens.sum())
@@ -158,17 +168,19 @@ def _prefill(model, cache, input_ids, mask, stats, scorer) -> np.ndarray:
     return scorer.at(input_ids, logits[:, -1]).argmax(-1).cpu().numpy()
 
 
-def _propose(rows: _Rows, outs, k: int, max_new: int) -> tuple[np.ndarray, np.ndarray]:
-    """Drafts [b, D] (padded with 0) and their lengths [b]; a draft never runs past max_new_tokens."""
-    proposals = []
-    for rid, index in zip(rows.ids, rows.indexes):
-        room = min(k, max_new - len(outs[rid]) - 1)
-        proposals.append(index.propose(room) if index is not None and room > 0 else np.empty(0, np.int64))
+def _propose(rows: _Rows, outs, policy: DraftLength, max_new: int) -> tuple:
+    """Drafts [b, D] (padded with 0), their lengths [b] and the match lengths behind them [b].
+
+    The policy sets each row's length from the evidence behind its match; a draft never runs past max_new_tokens.
+    """
+    matches = np.array([0 if ix is None else ix.match_length for ix in rows.indexes], dtype=np.int64)
+    rooms = np.minimum(policy.choose(matches), [max_new - len(outs[rid]) - 1 for rid in rows.ids])
+    proposals = [ix.propose(int(room)) if room > 0 else np.empty(0, np.int64) for ix, room in zip(rows.indexes, rooms)]
     lens = np.array([len(p) for p in proposals], dtype=np.int64)
     drafts = np.zeros((len(proposals), int(lens.max(initial=0))), dtype=np.int64)
     for i, p in enumerate(proposals):
         drafts[i, : len(p)] = p
-    return drafts, lens
+    return drafts, lens, matches
 
 
 def _verify(model, cache, rows: _Rows, drafts, lens, stats) -> torch.Tensor:
@@ -278,6 +290,10 @@ def _pad_id(model, pad_token_id, eos: tuple) -> int:
     if isinstance(pad_token_id, bool) or not isinstance(pad_token_id, int):
         raise TypeError(f"pad_token_id must be an int, got {pad_token_id!r}")
     return pad_token_id
+
+
+def _default_cost(model) -> float:
+    return 0.1 if model.device.type == "cpu" else 0.02
 
 
 def _accepts(model, name: str) -> bool:

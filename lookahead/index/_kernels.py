@@ -2,8 +2,9 @@
 
 Layout shared with `ngram.NgramIndex`:
   hist   int32[capacity]   the tokens held, hist[:n]
-  keys   uint64[T]         open-addressing hash table (T a power of two), 0 = empty slot
-  vals   int64[T]          for each n-gram key: the end (exclusive) of its most recent indexed occurrence
+  table  uint64[T, 2]      open-addressing hash table (T a power of two): (key, end) per slot, key 0 = empty;
+                           end is the end (exclusive) of the key's most recent indexed occurrence. Key and value
+                           share a cache line, so a probe costs one memory access.
   state  int64[4]          n, ptr, run, used
     ptr  end of the earlier occurrence being copied (-1: none); the draft is hist[ptr:ptr + k]
     run  how many tokens before ptr agree with the last `run` tokens held
@@ -34,46 +35,46 @@ def _key(h, k):
 
 
 @njit(cache=True)
-def _insert(keys, vals, key, end):
+def _insert(table, key, end):
     """Map key -> end (newest wins). Returns 1 if a new slot was taken."""
-    mask = np.uint64(keys.shape[0] - 1)
-    i = np.int64(key & mask)
+    mask = np.int64(table.shape[0] - 1)
+    i = np.int64(key & np.uint64(mask))
     while True:
-        if keys[i] == key:
-            vals[i] = end
+        if table[i, 0] == key:
+            table[i, 1] = np.uint64(end)
             return 0
-        if keys[i] == np.uint64(0):
-            keys[i] = key
-            vals[i] = end
+        if table[i, 0] == np.uint64(0):
+            table[i, 0] = key
+            table[i, 1] = np.uint64(end)
             return 1
-        i = (i + 1) & np.int64(mask)
+        i = (i + 1) & mask
 
 
 @njit(cache=True)
-def _lookup(keys, vals, key):
-    mask = np.uint64(keys.shape[0] - 1)
-    i = np.int64(key & mask)
+def _lookup(table, key):
+    mask = np.int64(table.shape[0] - 1)
+    i = np.int64(key & np.uint64(mask))
     while True:
-        if keys[i] == key:
-            return vals[i]
-        if keys[i] == np.uint64(0):
-            return -1
-        i = (i + 1) & np.int64(mask)
+        if table[i, 0] == key:
+            return np.int64(table[i, 1])
+        if table[i, 0] == np.uint64(0):
+            return np.int64(-1)
+        i = (i + 1) & mask
 
 
 @njit(cache=True)
-def _index_ending_at(hist, end, keys, vals, max_ngram):
+def _index_ending_at(hist, end, table, max_ngram):
     """Index every n-gram (1..max_ngram) that ends at `end`. Returns the number of new slots."""
     h = _SEED
     added = 0
     for k in range(1, min(max_ngram, end) + 1):
         h = _mix(h, hist[end - k])
-        added += _insert(keys, vals, _key(h, k), end)
+        added += _insert(table, _key(h, k), end)
     return added
 
 
 @njit(cache=True)
-def _rematch(hist, n, keys, vals, max_ngram, min_ngram, run):
+def _rematch(hist, n, table, max_ngram, min_ngram, run):
     """Longest suffix of hist[:n] longer than `run` (and >= min_ngram) that occurred earlier.
 
     Returns (end of its most recent earlier occurrence, its length), or (-1, 0) when none is longer than `run`.
@@ -84,7 +85,7 @@ def _rematch(hist, n, keys, vals, max_ngram, min_ngram, run):
         h = _mix(h, hist[n - k])
         if k <= run or k < min_ngram:
             continue
-        e = _lookup(keys, vals, _key(h, k))
+        e = _lookup(table, _key(h, k))
         if e < 0:
             break  # a longer suffix cannot recur if this one does not
         best_end, best_k = e, k
@@ -92,13 +93,19 @@ def _rematch(hist, n, keys, vals, max_ngram, min_ngram, run):
 
 
 @njit(cache=True)
-def ngram_extend(new, hist, keys, vals, state, max_ngram, min_ngram):
-    """Append `new` to hist[:n], keeping the table and the copy pointer current. O(max_ngram) per token."""
+def ngram_extend(new, hist, table, state, max_ngram, min_ngram):
+    """Append `new` to hist[:n], keeping the table and the copy pointer current. O(max_ngram) per token.
+
+    Returns the number of tokens appended, or -1 (and appends nothing) if an id is negative or above int32.
+    """
+    for j in range(new.shape[0]):
+        if new[j] < 0 or new[j] > 2147483647:
+            return -1
     n, ptr, run, used = state[N], state[PTR], state[RUN], state[USED]
     for j in range(new.shape[0]):
         t = new[j]
         # n-grams ending at n are indexed only now, so a lookup never finds the suffix itself
-        used += _index_ending_at(hist, n, keys, vals, max_ngram)
+        used += _index_ending_at(hist, n, table, max_ngram)
         hist[n] = t
         n += 1
         if ptr >= 0 and hist[ptr] == t:
@@ -107,10 +114,11 @@ def ngram_extend(new, hist, keys, vals, state, max_ngram, min_ngram):
         else:
             ptr, run = -1, 0
         if run < max_ngram:
-            e, k = _rematch(hist, n, keys, vals, max_ngram, min_ngram, run)
+            e, k = _rematch(hist, n, table, max_ngram, min_ngram, run)
             if e >= 0:
                 ptr, run = e, k
     state[N], state[PTR], state[RUN], state[USED] = n, ptr, run, used
+    return new.shape[0]
 
 
 @njit(cache=True)
@@ -133,9 +141,9 @@ def ngram_propose(hist, state, max_tokens, out):
 
 
 @njit(cache=True)
-def ngram_rebuild(hist, n, keys, vals, max_ngram):
+def ngram_rebuild(hist, n, table, max_ngram):
     """Re-index hist[:n] into a fresh (zeroed) table, as extend would have. Returns slots used."""
     used = 0
     for end in range(1, n):
-        used += _index_ending_at(hist, end, keys, vals, max_ngram)
+        used += _index_ending_at(hist, end, table, max_ngram)
     return used

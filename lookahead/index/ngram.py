@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _kernels as K
-from ._tokens import as_token_array
+from ._tokens import as_token_array, range_error
 
 _MIN_CAPACITY = 1024
 
@@ -42,10 +42,9 @@ class NgramIndex:
         self.max_ngram = int(max_ngram)
         self.min_ngram = int(min_ngram)
         self._hist = np.empty(_MIN_CAPACITY, dtype=np.int32)
-        self._keys = np.zeros(_table_size(_MIN_CAPACITY * 2), dtype=np.uint64)
-        self._vals = np.empty(self._keys.shape[0], dtype=np.int64)
+        self._table = np.zeros((_table_size(_MIN_CAPACITY * 2), 2), dtype=np.uint64)
         self._state = np.array([0, -1, 0, 0], dtype=np.int64)
-        self._out = np.empty(64, dtype=np.int32)
+        self._out = np.empty(64, dtype=np.int64)
         _warm_up()
 
     def __len__(self) -> int:
@@ -61,7 +60,7 @@ class NgramIndex:
 
     def reset(self) -> None:
         """Forget every token held."""
-        self._keys[:] = 0
+        self._table[:] = 0
         self._state[:] = (0, -1, 0, 0)
 
     def extend(self, tokens) -> None:
@@ -70,16 +69,17 @@ class NgramIndex:
         if new.shape[0] == 0:
             return
         self._reserve(new.shape[0])
-        K.ngram_extend(new, self._hist, self._keys, self._vals, self._state, self.max_ngram, self.min_ngram)
+        if K.ngram_extend(new, self._hist, self._table, self._state, self.max_ngram, self.min_ngram) < 0:
+            raise range_error(new)
 
     def propose(self, max_tokens: int) -> np.ndarray:
         """Return up to ``max_tokens`` draft tokens (int64, possibly empty) continuing the held tokens."""
         if max_tokens < 0:
             raise ValueError(f"max_tokens must be >= 0, got {max_tokens}")
         if max_tokens > self._out.shape[0]:
-            self._out = np.empty(max_tokens, dtype=np.int32)
+            self._out = np.empty(max_tokens, dtype=np.int64)
         m = K.ngram_propose(self._hist, self._state, max_tokens, self._out)
-        return self._out[:m].astype(np.int64)
+        return self._out[:m].copy()
 
     def _reserve(self, extra: int) -> None:
         n = len(self)
@@ -88,10 +88,9 @@ class NgramIndex:
             grown[:n] = self._hist[:n]
             self._hist = grown
         worst = int(self._state[K.USED]) + (extra + 1) * self.max_ngram
-        if 2 * worst > self._keys.shape[0]:
-            self._keys = np.zeros(_table_size(2 * worst), dtype=np.uint64)
-            self._vals = np.empty(self._keys.shape[0], dtype=np.int64)
-            self._state[K.USED] = K.ngram_rebuild(self._hist, n, self._keys, self._vals, self.max_ngram)
+        if 2 * worst > self._table.shape[0]:
+            self._table = np.zeros((_table_size(2 * worst), 2), dtype=np.uint64)
+            self._state[K.USED] = K.ngram_rebuild(self._hist, n, self._table, self.max_ngram)
 
 
 def _table_size(min_slots: int) -> int:
@@ -107,9 +106,11 @@ def _warm_up() -> None:
         return
     _warm.append(True)
     hist = np.zeros(16, np.int32)
-    keys = np.zeros(1024, np.uint64)
-    vals = np.empty(1024, np.int64)
+    table = np.zeros((1024, 2), np.uint64)
     state = np.array([0, -1, 0, 0], np.int64)
-    K.ngram_extend(np.array([1, 2, 1, 2], np.int32), hist, keys, vals, state, 4, 1)
-    K.ngram_propose(hist, state, 2, np.empty(2, np.int32))
-    K.ngram_rebuild(hist, 4, keys, vals, 4)
+    for dtype in (np.int64, np.int32):
+        state[:] = (0, -1, 0, 0)
+        table[:] = 0
+        K.ngram_extend(np.array([1, 2, 1, 2], dtype), hist, table, state, 4, 1)
+    K.ngram_propose(hist, state, 2, np.empty(2, np.int64))
+    K.ngram_rebuild(hist, 4, table, 4)

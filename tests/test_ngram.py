@@ -74,11 +74,18 @@ def test_periodic_text_is_extrapolated():
     assert index.propose(5).tolist() == [1, 2, 1, 2, 1]
 
 
-def test_restarts_from_the_most_recent_occurrence():
-    """A fresh match copies from the latest earlier occurrence."""
+def test_rejoins_the_source_just_after_where_the_copy_broke_off():
+    """After a divergence (6 instead of 5), the next match is looked for after the point where the copy broke."""
     index = NgramIndex(max_ngram=2)
-    index.extend([3, 4, 5, 3, 4, 6, 8, 4])
+    index.extend([4, 9, 3, 4, 5, 3, 4, 6, 8, 4])
     assert index.propose(1).tolist() == [6]
+
+
+def test_a_fresh_match_copies_from_the_earliest_occurrence():
+    """With no copy to rejoin nearby, the earliest occurrence wins (sources are read front to back)."""
+    index = NgramIndex(max_ngram=2)
+    index.extend([4, 5] + list(range(10, 80)) + [4, 6, 90, 4])
+    assert index.propose(1).tolist() == [5]
 
 
 def test_large_inputs_grow_buffers_and_keep_matching():

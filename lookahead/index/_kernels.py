@@ -3,17 +3,19 @@
 Layout shared with `ngram.NgramIndex`:
   hist   int32[capacity]   the tokens held, hist[:n]
   table  uint64[T, 2]      open-addressing hash table (T a power of two): (key, end) per slot, key 0 = empty;
-                           end is the end (exclusive) of the key's most recent indexed occurrence. Key and value
+                           end is the end (exclusive) of the key's earliest occurrence. Key and value
                            share a cache line, so a probe costs one memory access.
   state  int64[4]          n, ptr, run, used
     ptr  end of the earlier occurrence being copied (-1: none); the draft is hist[ptr:ptr + k]
     run  how many tokens before ptr agree with the last `run` tokens held
     used number of occupied table slots
+    cursor  where the last copy broke off in its source (-1: never); a new match is first looked for just after it
 """
 import numpy as np
 from numba import njit
 
-N, PTR, RUN, USED = 0, 1, 2, 3
+N, PTR, RUN, USED, CURSOR = 0, 1, 2, 3, 4
+WINDOW = 64
 _SEED = np.uint64(0x243F6A8885A308D3)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
@@ -36,12 +38,11 @@ def _key(h, k):
 
 @njit(cache=True)
 def _insert(table, key, end):
-    """Map key -> end (newest wins). Returns 1 if a new slot was taken."""
+    """Map key -> end unless key is present (the earliest occurrence stays). Returns 1 if a new slot was taken."""
     mask = np.int64(table.shape[0] - 1)
     i = np.int64(key & np.uint64(mask))
     while True:
         if table[i, 0] == key:
-            table[i, 1] = np.uint64(end)
             return 0
         if table[i, 0] == np.uint64(0):
             table[i, 0] = key
@@ -77,7 +78,7 @@ def _index_ending_at(hist, end, table, max_ngram):
 def _rematch(hist, n, table, max_ngram, min_ngram, run):
     """Longest suffix of hist[:n] longer than `run` (and >= min_ngram) that occurred earlier.
 
-    Returns (end of its most recent earlier occurrence, its length), or (-1, 0) when none is longer than `run`.
+    Returns (end of its earliest occurrence, its length), or (-1, 0) when none is longer than `run`.
     """
     h = _SEED
     best_end, best_k = -1, 0
@@ -93,6 +94,24 @@ def _rematch(hist, n, table, max_ngram, min_ngram, run):
 
 
 @njit(cache=True)
+def _near(hist, n, k, cursor, fallback):
+    """End of the first occurrence of the k-token suffix of hist[:n] in the WINDOW tokens after `cursor`.
+
+    Text that leaves a copy (a skipped phrase, an edited line) tends to rejoin its source a little further on;
+    `fallback` (the earliest occurrence) is returned when it does not.
+    """
+    if cursor < 0:
+        return fallback
+    for e in range(max(k, cursor + 1), min(cursor + WINDOW, n - 1) + 1):
+        j = 1
+        while j <= k and hist[e - j] == hist[n - j]:
+            j += 1
+        if j > k:
+            return e
+    return fallback
+
+
+@njit(cache=True)
 def ngram_extend(new, hist, table, state, max_ngram, min_ngram):
     """Append `new` to hist[:n], keeping the table and the copy pointer current. O(max_ngram) per token.
 
@@ -101,7 +120,7 @@ def ngram_extend(new, hist, table, state, max_ngram, min_ngram):
     for j in range(new.shape[0]):
         if new[j] < 0 or new[j] > 2147483647:
             return -1
-    n, ptr, run, used = state[N], state[PTR], state[RUN], state[USED]
+    n, ptr, run, used, cursor = state[N], state[PTR], state[RUN], state[USED], state[CURSOR]
     for j in range(new.shape[0]):
         t = new[j]
         # n-grams ending at n are indexed only now, so a lookup never finds the suffix itself
@@ -112,12 +131,14 @@ def ngram_extend(new, hist, table, state, max_ngram, min_ngram):
             ptr += 1
             run += 1
         else:
+            if ptr >= 0:
+                cursor = ptr
             ptr, run = -1, 0
         if run < max_ngram:
             e, k = _rematch(hist, n, table, max_ngram, min_ngram, run)
             if e >= 0:
-                ptr, run = e, k
-    state[N], state[PTR], state[RUN], state[USED] = n, ptr, run, used
+                ptr, run = _near(hist, n, k, cursor, e), k
+    state[N], state[PTR], state[RUN], state[USED], state[CURSOR] = n, ptr, run, used, cursor
     return new.shape[0]
 
 

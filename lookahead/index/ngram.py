@@ -13,10 +13,16 @@ class NgramIndex:
     """Proposes draft tokens by copying what followed an earlier occurrence of the longest recent n-gram.
 
     Rule: let ``k`` be the length of the longest suffix of the held tokens, ``min_ngram <= k <= max_ngram``, that
-    also occurs earlier. Among its earlier occurrences the index copies from the one that agrees with the longest
-    stretch of recent tokens, i.e. the copy already in progress; when a copy breaks (the text diverged) it restarts
-    from the *most recent* occurrence. Recency keeps edits local (code edits, agent loops), and following the copy in
-    progress keeps a long match on track where a short n-gram alone would jump to an unrelated occurrence.
+    also occurs earlier. Which earlier occurrence to copy from:
+
+    1. the one that agrees with the longest stretch of recent tokens, i.e. the copy already in progress;
+    2. when a copy broke off (the text diverged from its source), the first occurrence within 64 tokens after the
+       point where it broke: text that leaves its source (a skipped phrase, an edited line) tends to rejoin it a
+       little further on;
+    3. otherwise the earliest occurrence: sources are read front to back (summaries follow the article's order).
+
+    Following the copy in progress keeps long copies on track where a short n-gram alone would jump to an unrelated
+    occurrence (the peers re-search every step and take the leftmost or earliest match).
 
     ``extend`` costs O(max_ngram) per token (amortized, hash table growth included); ``propose`` costs
     O(max_tokens) whatever the number of tokens held. Memory is O(tokens held * max_ngram).
@@ -43,7 +49,7 @@ class NgramIndex:
         self.min_ngram = int(min_ngram)
         self._hist = np.empty(_MIN_CAPACITY, dtype=np.int32)
         self._table = np.zeros((_table_size(_MIN_CAPACITY * 2), 2), dtype=np.uint64)
-        self._state = np.array([0, -1, 0, 0], dtype=np.int64)
+        self._state = np.array([0, -1, 0, 0, -1], dtype=np.int64)
         self._out = np.empty(64, dtype=np.int64)
         _warm_up()
 
@@ -61,7 +67,7 @@ class NgramIndex:
     def reset(self) -> None:
         """Forget every token held."""
         self._table[:] = 0
-        self._state[:] = (0, -1, 0, 0)
+        self._state[:] = (0, -1, 0, 0, -1)
 
     def extend(self, tokens) -> None:
         """Append token ids (a list, a numpy array or a 1-D tensor of non-negative integers)."""
@@ -107,9 +113,9 @@ def _warm_up() -> None:
     _warm.append(True)
     hist = np.zeros(16, np.int32)
     table = np.zeros((1024, 2), np.uint64)
-    state = np.array([0, -1, 0, 0], np.int64)
+    state = np.array([0, -1, 0, 0, -1], np.int64)
     for dtype in (np.int64, np.int32):
-        state[:] = (0, -1, 0, 0)
+        state[:] = (0, -1, 0, 0, -1)
         table[:] = 0
         K.ngram_extend(np.array([1, 2, 1, 2], dtype), hist, table, state, 4, 1)
     K.ngram_propose(hist, state, 2, np.empty(2, np.int64))

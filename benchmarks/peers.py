@@ -1,0 +1,229 @@
+"""Peer drafters wrapped as proposers (``extend(tokens)``, ``propose(max_tokens)``) for ``replay.py``.
+
+- ``PromptLookup``: Hugging Face ``PromptLookupCandidateGenerator.get_candidates`` (the installed transformers),
+  called on a ``[1, L]`` LongTensor of the whole context every step.
+- ``VllmNgram``: vLLM v1 ``ngram_proposer`` rule (vllm/v1/spec_decode/ngram_proposer.py): the longest n-gram
+  suffix (``min_n..max_n``) that occurs earlier, its earliest occurrence, the tokens after it (never past the
+  end of the context); a full O(L) rescan of the context every step, as vLLM does.
+- ``SuffixDecoding``: Snowflake ArcticInference ``SuffixDecodingCache`` (optional; see benchmarks/README.md),
+  default settings (max_tree_depth 64, max_spec_factor 1, min_token_prob 0.1), per request (no global cache
+  of other requests' outputs) unless a shared cache is passed in. Chain or tree drafts.
+- ``HindsightOracle``: the longest prefix of the true continuation that appears anywhere in the context (prompt
+  plus output so far): the best any single-copy drafter could do. Brute force; a reference, not a drafter.
+"""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+from numba import njit
+
+
+class ContextBuffer:
+    """Growable contiguous token buffer (amortized O(1) append); ``view()`` is the context so far."""
+
+    def __init__(self, dtype=np.int32, capacity: int = 1024):
+        self._data = np.empty(capacity, dtype=dtype)
+        self._size = 0
+
+    def extend(self, tokens) -> None:
+        tokens = np.asarray(tokens).reshape(-1)
+        need = self._size + len(tokens)
+        if need > len(self._data):
+            grown = np.empty(max(need, 2 * len(self._data)), dtype=self._data.dtype)
+            grown[:self._size] = self._data[:self._size]
+            self._data = grown
+        self._data[self._size:need] = tokens
+        self._size = need
+
+    def view(self) -> np.ndarray:
+        return self._data[:self._size]
+
+    def __len__(self) -> int:
+        return self._size
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Hugging Face prompt lookup
+# ---------------------------------------------------------------------------------------------------------------
+
+class PromptLookup:
+    """HF ``PromptLookupCandidateGenerator`` with ``max_matching_ngram_size`` and ``num_output_tokens``.
+
+    ``exact=True`` calls transformers' ``get_candidates`` on the whole context every step (about 15 ms a step at
+    25k tokens on this CPU). ``exact=False`` computes the same rule with ``vllm_ngram_kernel(context, 1, n)``:
+    HF also takes the longest suffix n-gram (n <= max_matching_ngram_size) and its earliest occurrence with at
+    least one token after it; both modes give identical drafts (checked by ``draft_quality.py --hf-exact``).
+    """
+
+    def __init__(self, max_matching_ngram_size: int = 2, num_output_tokens: int = 10, exact: bool = True):
+        self._size, self._num_output_tokens, self._exact = max_matching_ngram_size, num_output_tokens, exact
+        self._generator = None
+        if exact:
+            from transformers.generation.candidate_generator import PromptLookupCandidateGenerator
+
+            # max_length only stops drafting at the generation limit; the replay enforces its own limit.
+            self._generator = PromptLookupCandidateGenerator(
+                num_output_tokens=num_output_tokens, max_matching_ngram_size=max_matching_ngram_size,
+                max_length=2**62)
+        self._context = ContextBuffer(np.int64)
+        self._out = np.empty(num_output_tokens, dtype=np.int64)
+
+    def extend(self, tokens) -> None:
+        self._context.extend(tokens)
+
+    def propose(self, max_tokens: int) -> np.ndarray:
+        n = len(self._context)
+        if not self._exact:
+            count = vllm_ngram_kernel(self._context.view(), 1, self._size, self._num_output_tokens, self._out)
+            return self._out[:min(count, max_tokens)].copy()
+        import torch
+
+        input_ids = torch.from_numpy(self._context.view()).view(1, n)
+        candidates, _ = self._generator.get_candidates(input_ids)
+        return candidates[0, n:n + max_tokens].numpy()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# vLLM n-gram rule
+# ---------------------------------------------------------------------------------------------------------------
+
+@njit(cache=True)
+def vllm_ngram_kernel(context, min_n, max_n, max_tokens, out):
+    """vLLM's rule: longest suffix n-gram (capped at ``max_n``) seen before, earliest occurrence; writes the
+    tokens after it into ``out`` and returns their count (0 if the longest match is shorter than ``min_n``).
+
+    Like vLLM's KMP pass it always scans the whole context (no early exit), so its cost is vLLM's: O(L) a step.
+    """
+    total = context.shape[0]
+    best_len, best_end = 0, -1
+    # An occurrence ending at `end` (inclusive) must leave at least one token after it.
+    for end in range(total - 1):
+        length = 0
+        while length < max_n and length <= end and context[end - length] == context[total - 1 - length]:
+            length += 1
+        if length > best_len:  # strict: keeps the earliest occurrence among the longest
+            best_len, best_end = length, end
+    if best_len < min_n or best_len == 0:
+        return 0
+    count = min(max_tokens, total - 1 - best_end)
+    for i in range(count):
+        out[i] = context[best_end + 1 + i]
+    return count
+
+
+class VllmNgram:
+    """vLLM v1 n-gram proposer rule, full rescan every step (``prompt_lookup_min``/``max`` = min_n/max_n)."""
+
+    def __init__(self, min_n: int = 1, max_n: int = 4, max_tokens: int = 10):
+        if not 1 <= min_n <= max_n:
+            raise ValueError(f"need 1 <= min_n <= max_n, got min_n={min_n}, max_n={max_n}")
+        self.min_n, self.max_n = min_n, max_n
+        self._out = np.empty(max_tokens, dtype=np.int32)
+        self._context = ContextBuffer(np.int32)
+
+    def extend(self, tokens) -> None:
+        self._context.extend(tokens)
+
+    def propose(self, max_tokens: int) -> np.ndarray:
+        if max_tokens > len(self._out):
+            self._out = np.empty(max_tokens, dtype=np.int32)
+        count = vllm_ngram_kernel(self._context.view(), self.min_n, self.max_n, max_tokens, self._out)
+        return self._out[:count].copy()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# SuffixDecoding (ArcticInference), optional
+# ---------------------------------------------------------------------------------------------------------------
+
+def suffix_decoding_available() -> bool:
+    """Whether ``arctic_inference.suffix_decoding`` imports (it is built from source, see README)."""
+    try:
+        from arctic_inference.suffix_decoding import SuffixDecodingCache  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class SuffixDecoding:
+    """ArcticInference ``SuffixDecodingCache`` as a proposer: the first ``extend`` starts the request.
+
+    Pass one ``cache`` (``SuffixDecodingCache(max_cached_requests=-1)``) to several proposers to let outputs of
+    earlier traces help later ones (SuffixDecoding's global cache); by default each proposer is on its own.
+    """
+
+    _ids = itertools.count()
+
+    def __init__(self, cache=None, max_tree_depth: int = 64, max_spec_factor: float = 1.0,
+                 min_token_prob: float = 0.1):
+        from arctic_inference.suffix_decoding import SuffixDecodingCache
+
+        self._cache = cache if cache is not None else SuffixDecodingCache(max_tree_depth, max_cached_requests=0)
+        self._depth = self._cache.max_tree_depth
+        self._options = dict(max_spec_factor=max_spec_factor, min_token_prob=min_token_prob)
+        self._request = next(self._ids)
+        self._context = ContextBuffer(np.int32)
+
+    def extend(self, tokens) -> None:
+        tokens = np.ascontiguousarray(tokens, dtype=np.int32)
+        if len(self._context) == 0 and self._request not in self._cache.active_requests:
+            self._cache.start_request(self._request, tokens)
+        else:
+            self._cache.add_active_response(self._request, tokens)
+        self._context.extend(tokens)
+
+    def _speculate(self, max_tokens: int, tree: bool):
+        context = np.ascontiguousarray(self._context.view()[-self._depth:])
+        return self._cache.speculate(self._request, context, max_spec_tokens=max_tokens, use_tree_spec=tree,
+                                     **self._options)
+
+    def propose(self, max_tokens: int) -> np.ndarray:
+        return np.asarray(self._speculate(max_tokens, tree=False).token_ids, dtype=np.int64)
+
+    def propose_tree(self, max_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+        draft = self._speculate(max_nodes, tree=True)
+        return np.asarray(draft.token_ids, dtype=np.int64), np.asarray(draft.parents, dtype=np.int64)
+
+    def close(self) -> None:
+        """End the request (its prompt is dropped; a shared cache keeps its output)."""
+        if self._request in self._cache.active_requests:
+            self._cache.stop_request(self._request)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Hindsight oracle
+# ---------------------------------------------------------------------------------------------------------------
+
+@njit(cache=True)
+def longest_copy_kernel(context, target):
+    """Longest ``l`` such that ``target[:l]`` equals ``context[j:j + l]`` for some ``j`` (brute force)."""
+    n, m = context.shape[0], target.shape[0]
+    best = 0
+    for j in range(n):
+        length = 0
+        while length < m and j + length < n and context[j + length] == target[length]:
+            length += 1
+        if length > best:
+            best = length
+            if best == m:
+                break
+    return best
+
+
+class HindsightOracle:
+    """Best single copy in hindsight: drafts the longest prefix of the true next tokens found in the context."""
+
+    def __init__(self, output: np.ndarray):
+        self._output = np.ascontiguousarray(output, dtype=np.int32)
+        self._context = ContextBuffer(np.int32)
+        self._prompt_len = -1
+
+    def extend(self, tokens) -> None:
+        if self._prompt_len < 0:
+            self._prompt_len = len(np.asarray(tokens).reshape(-1))
+        self._context.extend(tokens)
+
+    def propose(self, max_tokens: int) -> np.ndarray:
+        pos = len(self._context) - self._prompt_len
+        target = self._output[pos:pos + max_tokens]
+        return target[:longest_copy_kernel(self._context.view(), target)].astype(np.int64)

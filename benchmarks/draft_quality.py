@@ -50,8 +50,8 @@ def _shared_suffix_factory(max_tree_depth: int = 64) -> Callable:
     return make
 
 
-def build_methods(selected: set[str], tree_budget: int, hf_exact: bool = False) -> list[Method]:
-    """Every available method whose key is in ``selected``, in table order."""
+def build_methods(selected: set[str], budget: int, tree_budget: int, hf_exact: bool = False) -> list[Method]:
+    """Every available method whose key is in ``selected``, in table order (HF's num_output_tokens = budget)."""
     methods = []
     index = lookahead_index_module() if selected & {"ngram", "suffix-index", "suffix-index-tree"} else None
     if index is not None and hasattr(index, "NgramIndex"):
@@ -62,8 +62,8 @@ def build_methods(selected: set[str], tree_budget: int, hf_exact: bool = False) 
         methods.append(("suffix-index-tree", f"lookahead SuffixIndex tree ({tree_budget} nodes)",
                         lambda: lambda trace: index.SuffixIndex(), True))
     methods += [
-        ("hf2", "HF prompt lookup (ngram 2)", lambda: lambda trace: PromptLookup(2, exact=hf_exact), False),
-        ("hf4", "HF prompt lookup (ngram 4)", lambda: lambda trace: PromptLookup(4, exact=hf_exact), False),
+        ("hf2", "HF prompt lookup (ngram 2)", lambda: lambda trace: PromptLookup(2, budget, hf_exact), False),
+        ("hf4", "HF prompt lookup (ngram 4)", lambda: lambda trace: PromptLookup(4, budget, hf_exact), False),
         ("vllm", "vLLM n-gram (1..4)", lambda: lambda trace: VllmNgram(1, 4), False),
     ]
     if suffix_decoding_available():
@@ -136,7 +136,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--raw-summaries", action="store_true", help="keep FRANK's PTB-tokenized summaries")
     parser.add_argument("--max-turns", type=int, default=None, help="agent: assistant turns per trajectory")
     parser.add_argument("--hf-exact", action="store_true",
-                        help="call transformers' get_candidates (slow on long contexts) instead of the same rule in numba")
+                        help="call transformers' get_candidates (slow on long contexts), not its rule in numba")
     parser.add_argument("--no-cache", action="store_true", help="do not read or write benchmarks/.cache")
     parser.add_argument("--plot", default=None, help="write a bar chart (needs matplotlib)")
     parser.add_argument("--no-progress", action="store_true")
@@ -153,15 +153,22 @@ def load_all(args) -> dict:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
+    if not args.data_dir.is_dir():
+        print(f"skipped: data folder {args.data_dir} not found (pass --data-dir)", file=sys.stderr)
+        return
     progress = None
     if not args.no_progress:
         try:
             from tqdm import tqdm as progress
         except ImportError:
             pass
+    if args.hf_exact:
+        import torch
+
+        torch.set_num_threads(1)  # torch's thread pool contends with anything else on the cores (40x slower)
     traces = load_all(args)
     print(" ".join(f"{d}: {len(t)} traces, {sum(len(o) for _, o in t)} output tokens;" for d, t in traces.items()))
-    methods = build_methods(set(args.methods), args.tree_budget, args.hf_exact)
+    methods = build_methods(set(args.methods), args.budget, args.tree_budget, args.hf_exact)
     results = run(methods, traces, args.budget, args.tree_budget, progress)
     rows, datasets = [m[1] for m in methods], list(traces)
     hf = "transformers get_candidates" if args.hf_exact else "its rule in numba (--hf-exact: transformers)"

@@ -96,12 +96,22 @@ def main(argv=None) -> None:
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
     parser.add_argument("--steps", type=int, default=2000, help="timed steps per size (HF: at most 100)")
+    parser.add_argument("--torch-threads", type=int, default=1,
+                        help="torch intra-op threads for HF (default 1, like every other drafter here: with other "
+                             "work on the cores, 2 threads made HF 40x slower at 32k)")
     args = parser.parse_args(argv)
+    if not args.data_dir.is_dir():
+        print(f"skipped: data folder {args.data_dir} not found (pass --data-dir)", file=sys.stderr)
+        return
+    import torch
+
+    torch.set_num_threads(args.torch_threads)
     makers = proposers()
     sizes = sorted(set(args.sizes))
     pool = token_pool(args.data_dir, max(sizes) + 3 * (args.steps + 3))
     results = measure(makers, pool, sizes, args.steps)
-    print("\nMicroseconds per step: median (mean) of propose(10) + extend(3 tokens), after a context of\n")
+    print(f"\nMicroseconds per step: median (mean) of propose(10) + extend(3 tokens), after a context of "
+          f"(torch threads: {args.torch_threads})\n")
     print(markdown(results, list(makers), sizes))
 
 

@@ -19,7 +19,7 @@ Datasets (files under ``../shared/data``, see its README; nothing is copied into
   ``limit`` counts trajectories here (each gives ~20-60 traces), ``max_turns`` caps turns per trajectory.
 
 Pieces of text are tokenized separately and their ids concatenated (a chat template does the same at message
-boundaries). Token traces are cached as pickles under ``benchmarks/.cache/`` (gitignored).
+boundaries). Token ids of each distinct piece are cached as pickles under ``benchmarks/.cache/`` (gitignored).
 
 Example::
 
@@ -32,6 +32,7 @@ import ast
 import gzip
 import hashlib
 import json
+import os
 import pickle
 import re
 from pathlib import Path
@@ -42,7 +43,7 @@ import numpy as np
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA_DIR = REPO_ROOT.parent / "shared" / "data"
 DEFAULT_CACHE_DIR = Path(__file__).resolve().parent / ".cache"
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 
 Trace = tuple[np.ndarray, np.ndarray]
 TextTrace = tuple[tuple[str, ...], str]  # (prompt pieces, output text)
@@ -147,10 +148,11 @@ def agent_texts(data_dir: Path, limit: int | None = 10, max_turns: int | None = 
         turns = 0
         for message in row["messages"]:
             content = str(message["content"])
+            header = f"<{message['role']}>\n"
             if message["role"] == "assistant" and (max_turns is None or turns < max_turns):
-                texts.append((tuple(pieces) + ("<assistant>\n",), content))
+                texts.append((tuple(pieces) + (header,), content))
                 turns += 1
-            pieces.append(f"<{message['role']}>\n{content}\n")
+            pieces += [header, content, "\n"]  # the output is a piece of later prompts: stored once
     return texts
 
 
@@ -166,20 +168,30 @@ DATASETS: dict[str, Callable[..., list[TextTrace]]] = {
 # Tokenization and caching
 # ---------------------------------------------------------------------------------------------------------------
 
-def tokenize_texts(texts: list[TextTrace], tokenizer) -> list[Trace]:
-    """Tokenize every distinct piece once (agent prompts share most pieces) and concatenate ids per trace."""
-    ids: dict[str, np.ndarray] = {}
+# Tokenized texts: the ids of every distinct piece, and per trace (prompt piece numbers, output piece number).
+Tokenized = tuple[list[np.ndarray], list[tuple[tuple[int, ...], int]]]
 
-    def encode(piece: str) -> np.ndarray:
-        if piece not in ids:
-            ids[piece] = np.asarray(tokenizer.encode(piece).ids, dtype=np.int32)
-        return ids[piece]
 
-    traces = []
-    for pieces, output in texts:
-        prompt = np.concatenate([encode(p) for p in pieces]) if pieces else np.zeros(0, np.int32)
-        traces.append((prompt.astype(np.int32), encode(output).copy()))
-    return traces
+def tokenize_texts(texts: list[TextTrace], tokenizer) -> Tokenized:
+    """Tokenize every distinct piece once (agent prompts share almost all their pieces)."""
+    number: dict[str, int] = {}
+    pieces: list[np.ndarray] = []
+
+    def encode(piece: str) -> int:
+        if piece not in number:
+            number[piece] = len(pieces)
+            pieces.append(np.asarray(tokenizer.encode(piece).ids, dtype=np.int32))
+        return number[piece]
+
+    return pieces, [(tuple(encode(p) for p in prompt), encode(output)) for prompt, output in texts]
+
+
+def assemble(tokenized: Tokenized) -> list[Trace]:
+    """``(prompt_ids, output_ids)`` per trace, each prompt the concatenation of its pieces."""
+    pieces, index = tokenized
+    empty = np.zeros(0, np.int32)
+    return [(np.concatenate([empty, *(pieces[i] for i in prompt)]), pieces[output].copy())
+            for prompt, output in index]
 
 
 def _cache_path(cache_dir: Path, name: str, data_dir: Path, options: dict) -> Path:
@@ -215,12 +227,12 @@ def load_traces(name: str, data_dir: Path | str = DEFAULT_DATA_DIR, limit: int |
     path = _cache_path(cache_dir, name, data_dir, options) if cache_dir is not None else None
     if path is not None and path.exists():
         with open(path, "rb") as f:
-            return pickle.load(f)
-    traces = tokenize_texts(DATASETS[name](data_dir, **options), load_tokenizer(data_dir))
+            return assemble(pickle.load(f))
+    tokenized = tokenize_texts(DATASETS[name](data_dir, **options), load_tokenizer(data_dir))
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
         with open(tmp, "wb") as f:
-            pickle.dump(traces, f, protocol=pickle.HIGHEST_PROTOCOL)
+            pickle.dump(tokenized, f, protocol=pickle.HIGHEST_PROTOCOL)
         tmp.replace(path)
-    return traces
+    return assemble(tokenized)

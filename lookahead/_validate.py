@@ -9,14 +9,12 @@ LOOKUPS = ("ngram", "none")
 
 
 def check_model(model) -> None:
-    """Raise TypeError unless `model` is a Hugging Face causal LM that can decode with a KV cache."""
+    """Raise TypeError unless `model` is a Hugging Face LM (causal or encoder-decoder) that decodes with a KV cache."""
     from transformers import PreTrainedModel
 
     name = type(model).__name__
     if not isinstance(model, PreTrainedModel):
         raise TypeError(f"model must be a transformers PreTrainedModel (e.g. from AutoModelForCausalLM), got {name}")
-    if getattr(model.config, "is_encoder_decoder", False):
-        raise TypeError(f"model must be a decoder-only causal LM; {name} is an encoder-decoder model")
     if not model.can_generate() or model.get_output_embeddings() is None:
         raise TypeError(
             f"model must be a causal language model with an LM head (AutoModelForCausalLM), got {name}"
@@ -76,6 +74,14 @@ def check_length(model, attention_mask: torch.Tensor, max_new_tokens: int) -> No
             f"max_new_tokens={max_new_tokens} with a prompt of {longest} tokens exceeds the model's position limit "
             f"of {limit} tokens (max_position_embeddings); lower max_new_tokens to at most {max(limit - longest, 0)}"
         )
+
+
+def check_documents(model, documents) -> None:
+    """Raise ValueError if a document (per-row lists of int arrays) holds an id outside the model's vocabulary."""
+    vocab = model.get_input_embeddings().num_embeddings
+    top = max((int(d.max()) for row in documents or [] for d in row if d.size), default=-1)
+    if top >= vocab:
+        raise ValueError(f"documents must hold token ids in [0, {vocab}) (the model's vocabulary), got an id {top}")
 
 
 def _position_limit(config):

@@ -2,43 +2,32 @@
 
 References: Leviathan et al., "Fast Inference from Transformers via Speculative Decoding" (2023); Saxena, "Prompt
 Lookup Decoding" (2023). Greedy verification is exact: the output equals plain greedy decoding token for token.
+Sampling verification (`verify/sampling.py`) is exact in distribution.
+
+`generate` checks lookahead's own arguments and hands the rest to `model.generate` with `decode` as its decoding loop
+(transformers' `custom_generate`), so the generation config, logits processors, stopping criteria and encoder outputs
+are prepared by transformers exactly as for its own loops. A step is: draft -> forward -> acceptance rule -> commit.
 """
 from __future__ import annotations
 
 import inspect
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 import torch
+from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
+from transformers.generation.stopping_criteria import StopStringCriteria
 
 from . import _validate as V
 from .index import NgramIndex
+from .outputs import Recorder
 from .policy import DraftLength
-from .verify import greedy_accept, new_cache, rollback, select_rows
+from .processing import Scorer, Stopper, Streamer, max_new_tokens as _max_new
+from .seq2seq import Seq2SeqLM
+from .settings import GenerationStats, Settings, check_supported, make_settings, refuse_assistant
+from .verify import greedy_accept, new_cache, rollback, sample_accept, select_rows
 
-
-@dataclass
-class GenerationStats:
-    """Counters of one `generate` call. `row_forwards` counts each batch row once per forward it took part in."""
-
-    forward_passes: int = 0
-    row_forwards: int = 0
-    new_tokens: int = 0
-    draft_tokens: int = 0
-    accepted_tokens: int = 0
-
-    @property
-    def tokens_per_forward(self) -> float:
-        """New tokens a row gains per target forward pass (1.0 for plain decoding)."""
-        return self.new_tokens / max(self.row_forwards, 1)
-
-    @property
-    def acceptance_rate(self) -> float:
-        """Fraction of proposed draft tokens that the target accepted."""
-        return self.accepted_tokens / max(self.draft_tokens, 1)
-
-    def as_dict(self) -> dict:
-        return {**asdict(self), "tokens_per_forward": self.tokens_per_forward, "acceptance_rate": self.acceptance_rate}
+DEFAULT_MAX_NEW_TOKENS = 128
 
 
 @dataclass
@@ -46,11 +35,23 @@ class _Rows:
     """Decoding state of the rows still running; entry i of each field belongs to original row `ids[i]`."""
 
     ids: list
-    prompts: torch.Tensor  # [b, P] the (left-padded) prompts
-    mask: torch.Tensor  # [b, S] which cache slots each row attends to
-    pos: np.ndarray  # [b] position id of the row's next token
+    prompts: torch.Tensor  # [b, P] what precedes the new tokens: the left-padded prompt (decoder start for seq2seq)
     last: np.ndarray  # [b] newest token, not yet in the cache
     indexes: list
+
+
+@dataclass
+class _Run:
+    """What one call applies at every step besides the model."""
+
+    scorer: Scorer
+    stopper: Stopper
+    accept: object  # (drafts [b, D], lens [b], scores [b, D+1, V]) -> (accepted [b], next token [b])
+    streamer: Streamer
+    recorder: Recorder | None
+    stats: GenerationStats
+    num_draft_tokens: int
+    draft_cost: float
 
 
 def generate(
@@ -63,109 +64,140 @@ def generate(
     min_ngram: int = 1,
     num_draft_tokens: int = 10,
     draft_cost: float | None = None,
-    max_new_tokens: int = 128,
+    max_new_tokens: int | None = None,
     eos_token_id=None,
     pad_token_id=None,
     logits_processor=None,
+    stopping_criteria=None,
+    documents=None,
+    tokenizer=None,
+    streamer=None,
+    generator=None,
     return_stats: bool = False,
+    **generate_kwargs,
 ):
-    """Greedy generation that returns exactly what `model.generate(do_sample=False)` returns, in fewer forwards.
+    """Generate what `model.generate` generates with the same arguments, in fewer forward passes.
+
+    Greedy output equals `model.generate(do_sample=False)` token for token; with `do_sample=True` every token is
+    distributed exactly as `model.generate` samples it.
 
     Args:
-        model: a Hugging Face causal LM (`AutoModelForCausalLM`).
+        model: a Hugging Face causal LM (`AutoModelForCausalLM`) or encoder-decoder (`AutoModelForSeq2SeqLM`).
         input_ids: LongTensor [batch, length] (or [length]); left-pad rows of different lengths.
         attention_mask: [batch, length] of 0/1, 0 on padding. Default: all ones.
-        lookup: "ngram" (draft from an `NgramIndex` over prompt and output) or "none" (plain decoding).
+        lookup: "ngram" (draft from an `NgramIndex` over documents, prompt and output) or "none" (plain decoding).
         max_ngram, min_ngram: longest and shortest suffix the index matches.
         num_draft_tokens: most draft tokens verified per row and step (0 disables drafting).
         draft_cost: cost of verifying one more token, as a fraction of a one-token forward; drafts are only as long
             as the acceptance seen so far pays for (`lookahead.policy.DraftLength`). Default: 0.1 on CPU, 0.02 on
             an accelerator. 0 always drafts `num_draft_tokens` when there is a match.
-        max_new_tokens: most tokens generated per row.
-        eos_token_id: int or list of ints that end a row. Default: the model's generation config.
+        max_new_tokens: most tokens generated per row. Default: 128, unless `generation_config` or `max_length`
+            sets a length.
+        eos_token_id: int or list of ints that end a row ([] for none). Default: the generation config's.
         pad_token_id: fills rows that ended early. Default: generation config, else the first eos id.
-        logits_processor: a `LogitsProcessorList` (or any `f(input_ids, scores) -> scores`), applied at every
+        logits_processor: a `LogitsProcessorList` (or one `f(input_ids, scores) -> scores`), applied at every
             verified position with that position's own prefix, as `model.generate` applies it.
+        stopping_criteria: a `StoppingCriteriaList`, checked after every accepted token.
+        documents: retrieved passages to draft from without putting them in the prompt: a list of strings (with
+            `tokenizer`) or token id sequences, shared by all rows, or one such list per row.
+        tokenizer: turns string documents and `stop_strings` into token ids.
+        streamer: a `TextStreamer` / `TextIteratorStreamer` (batch of one); it gets each step's accepted tokens.
+        generator: a `torch.Generator` or an int seed for sampling. Default: torch's global generator.
         return_stats: also return a `GenerationStats`.
+        **generate_kwargs: whatever `model.generate` accepts: `generation_config`, `do_sample`, `temperature`,
+            `top_k`, `top_p`, `min_p`, `typical_p`, `repetition_penalty`, `no_repeat_ngram_size`, `bad_words_ids`,
+            `suppress_tokens`, `min_new_tokens`, `stop_strings`, `max_time`, `num_return_sequences` (sampling),
+            `return_dict_in_generate`, `output_scores`, `output_logits`, ...
 
     Returns:
-        LongTensor [batch, length + new] (prompt then new tokens), or `(sequences, stats)` with return_stats.
+        LongTensor [batch, length + new] (prompt then new tokens); with `return_dict_in_generate=True` the
+        transformers output class (`sequences`, `scores`, `logits`) with `lookahead_stats` added. With
+        return_stats, `(output, stats)`.
 
     Raises:
-        TypeError: model is not a causal LM with a KV cache, or ids are not integers.
-        ValueError: empty input, ids outside the vocabulary, mismatched mask, bad lookup settings, or a
-            max_new_tokens that runs past the model's position limit.
+        TypeError: model is not a Hugging Face LM with a KV cache, or ids are not integers.
+        ValueError: empty input, ids outside the vocabulary, mismatched mask, bad lookup settings, a max_new_tokens
+            past the model's position limit, or an argument lookahead cannot honour (beam search, an assistant
+            model, ...), named in the message.
 
     Example:
         >>> out = generate(model, tok("def f(x):", return_tensors="pt").input_ids, max_new_tokens=64)
+        >>> out = generate(model, ids, do_sample=True, temperature=0.7, top_p=0.9, generator=0)
     """
     V.check_model(model)
-    V.check_lookup(lookup)
-    V.check_int("max_ngram", max_ngram, 1)
-    V.check_int("min_ngram", min_ngram, 1)
-    if min_ngram > max_ngram:
-        raise ValueError(f"min_ngram must be <= max_ngram, got min_ngram={min_ngram} > max_ngram={max_ngram}")
-    V.check_int("num_draft_tokens", num_draft_tokens, 0)
-    V.check_int("max_new_tokens", max_new_tokens, 1)
-    if draft_cost is not None and not (isinstance(draft_cost, (int, float)) and draft_cost >= 0):
-        raise ValueError(f"draft_cost must be a number >= 0 or None, got {draft_cost!r}")
+    settings = make_settings(lookup, max_ngram, min_ngram, num_draft_tokens, draft_cost, documents, tokenizer,
+                             generator, streamer, stream_prompt=True, eos=_eos_override(eos_token_id))
+    if max_new_tokens is not None:
+        V.check_int("max_new_tokens", max_new_tokens, 1)
+    if pad_token_id is not None and (isinstance(pad_token_id, bool) or not isinstance(pad_token_id, int)):
+        raise TypeError(f"pad_token_id must be an int, got {pad_token_id!r}")
+    refuse_assistant(generate_kwargs.get("assistant_model"))
     input_ids, attention_mask = V.check_inputs(model, input_ids, attention_mask)
-    V.check_length(model, attention_mask, max_new_tokens)
-    eos = _eos_ids(model, eos_token_id)
-    pad = _pad_id(model, pad_token_id, eos)
+    kwargs = _generate_kwargs(dict(generate_kwargs), max_new_tokens, eos_token_id, pad_token_id, logits_processor)
+    kwargs["stopping_criteria"] = _with_stop_strings(stopping_criteria, kwargs, tokenizer)
+    out = model.generate(input_ids, attention_mask=attention_mask, custom_generate=decode, lookahead=settings, **kwargs)
+    return (out, settings.stats) if return_stats else out
 
-    def make_index():
-        return NgramIndex(max_ngram, min_ngram) if lookup == "ngram" and num_draft_tokens > 0 else None
 
-    stats = GenerationStats()
+def decode(model, input_ids, logits_processor, stopping_criteria, generation_config, lookahead: Settings | None = None,
+           inputs_tensor=None, **model_kwargs):
+    """The decoding loop, as transformers calls a `custom_generate` callable (see `lookahead.custom_generate`).
+
+    Args:
+        model, input_ids [B, L] (decoder input for encoder-decoders), logits_processor, stopping_criteria,
+        generation_config, inputs_tensor (the encoder input), **model_kwargs: as prepared by `model.generate`.
+        lookahead: lookahead's `Settings` (default ones when None).
+
+    Returns:
+        LongTensor [B, L + new], or an output object (`lookahead.outputs`) with return_dict_in_generate.
+    """
+    settings = lookahead if lookahead is not None else Settings()
+    check_supported(generation_config, model_kwargs)
+    eos = settings.eos if settings.eos is not None else _ids(generation_config._eos_token_tensor)
+    pad = _ids(generation_config._pad_token_tensor) or eos[:1] or (0,)
+    max_new = _max_new(stopping_criteria, input_ids.shape[1])
+    target = _target(model, input_ids, inputs_tensor, model_kwargs, max_new)
+    run = _make_run(model, input_ids.shape[0], logits_processor, stopping_criteria, generation_config, settings, eos,
+                    max_new)
+    V.check_documents(model, settings.documents)
+    rows = _Rows(list(range(input_ids.shape[0])), input_ids, np.zeros(input_ids.shape[0], np.int64),
+                 _indexes(settings, target.sources()))
+    if settings.stream_prompt and settings.streamer is not None:
+        settings.streamer.put(input_ids.cpu())
     with torch.inference_mode():
-        cost = draft_cost if draft_cost is not None else _default_cost(model)
-        outs = _decode(model, input_ids, attention_mask, make_index, num_draft_tokens, cost, max_new_tokens, eos,
-                       stats, _Scorer(logits_processor, pad))
-    sequences = _assemble(input_ids, outs, pad)
-    return (sequences, stats) if return_stats else sequences
+        outs = _decode(target, rows, run, max_new)
+    run.streamer.end()
+    settings.stats.new_tokens = sum(len(o) for o in outs)
+    sequences = _assemble(input_ids, outs, pad[0])
+    if not generation_config.return_dict_in_generate:
+        return sequences
+    return run.recorder.output(sequences, sequences.shape[1] - input_ids.shape[1], pad[0], settings.stats,
+                               model_kwargs.get("encoder_outputs"))
 
 
-def _decode(model, input_ids, mask, make_index, k, draft_cost, max_new, eos, stats, scorer) -> list:
+def _decode(target, rows: _Rows, run: _Run, max_new: int) -> list:
     """Run the loop; return the new tokens of each row."""
-    cache = new_cache(model)
-    first = _prefill(model, cache, input_ids, mask, stats, scorer)
-    outs = [[] for _ in range(input_ids.shape[0])]
-    positions = mask.sum(-1).cpu().numpy()
-    rows = _Rows(list(range(len(outs))), input_ids, mask, positions, first, [make_index() for _ in outs])
-    for i, index in enumerate(rows.indexes):
-        if index is not None:
-            index.extend(input_ids[i][mask[i].bool()])
-    done = _append(rows, outs, [[int(t)] for t in first], max_new, eos)
-    rows = _drop(cache, rows, done)
-    policy = DraftLength(k, draft_cost)
+    outs = [[] for _ in rows.ids]
+    none = np.zeros((len(outs), 0), dtype=np.int64)
+    logits = target.prefill(run.stats)  # [b, 1, V]
+    scores = run.scorer(logits, rows, outs, none)
+    _, first = run.accept(none, np.zeros(len(outs), dtype=np.int64), scores)
+    rows = _drop(target, rows, _append(rows, outs, [[t] for t in first], run, scores, logits))
+    policy = DraftLength(run.num_draft_tokens, run.draft_cost)
     while rows.ids:
         drafts, lens, matches = _propose(rows, outs, policy, max_new)
-        logits = _verify(model, cache, rows, drafts, lens, stats)  # [b, D+1, V]
-        targets = scorer(logits, rows, outs, drafts).argmax(-1).cpu().numpy()  # the one host-device sync
-        accepted = greedy_accept(drafts, lens, targets)
+        lens = run.scorer.cut(drafts, lens, rows, outs)  # drafts a processor forbids never reach the model
+        drafts = drafts[:, : int(lens.max(initial=0))]
+        logits = target.verify(rows.last, drafts, lens, run.stats)  # [b, D+1, V]
+        scores = run.scorer(logits, rows, outs, drafts)
+        accepted, nxt = run.accept(drafts, lens, scores)
         policy.update(matches, lens, accepted)
-        _commit(cache, rows, accepted)
-        gained = [list(drafts[i, :a]) + [targets[i, a]] for i, a in enumerate(accepted)]
-        stats.draft_tokens += int(lens.sum())
-        stats.accepted_tokens += int(accepted.sum())
-        rows.pos += accepted + 1
-        done = _append(rows, outs, gained, max_new, eos)
-        rows = _drop(cache, rows, done)
-    stats.new_tokens = sum(len(o) for o in outs)
+        target.commit(accepted)
+        run.stats.draft_tokens += int(lens.sum())
+        run.stats.accepted_tokens += int(accepted.sum())
+        gained = [list(drafts[i, :a]) + [nxt[i]] for i, a in enumerate(accepted)]
+        rows = _drop(target, rows, _append(rows, outs, gained, run, scores, logits))
     return outs
-
-
-def _prefill(model, cache, input_ids, mask, stats, scorer) -> np.ndarray:
-    position_ids = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
-    kwargs = {"logits_to_keep": 1} if _accepts(model, "logits_to_keep") else {}
-    logits = model(
-        input_ids=input_ids, attention_mask=mask, position_ids=position_ids, past_key_values=cache, use_cache=True,
-        **kwargs,
-    ).logits
-    stats.forward_passes += 1
-    stats.row_forwards += input_ids.shape[0]
-    return scorer.at(input_ids, logits[:, -1]).argmax(-1).cpu().numpy()
 
 
 def _propose(rows: _Rows, outs, policy: DraftLength, max_new: int) -> tuple:
@@ -183,84 +215,178 @@ def _propose(rows: _Rows, outs, policy: DraftLength, max_new: int) -> tuple:
     return drafts, lens, matches
 
 
-def _verify(model, cache, rows: _Rows, drafts, lens, stats) -> torch.Tensor:
-    """One forward over [last token, drafts] of every row; returns the logits after each of them."""
-    b, d = drafts.shape
-    device = rows.mask.device
-    tokens = torch.from_numpy(np.concatenate([rows.last[:, None], drafts], axis=1)).to(device)
-    step_mask = torch.from_numpy(np.arange(d + 1)[None, :] <= lens[:, None]).to(device, rows.mask.dtype)
-    positions = torch.from_numpy(rows.pos[:, None] + np.arange(d + 1)[None, :]).to(device)
-    logits = model(
-        input_ids=tokens, attention_mask=torch.cat([rows.mask, step_mask], dim=1), position_ids=positions,
-        past_key_values=cache, use_cache=True,
-    ).logits  # [b, D+1, V]
-    stats.forward_passes += 1
-    stats.row_forwards += b
-    return logits
+class _CausalLM:
+    """A decoder-only target: one cache for the batch, left padding, per-row position ids.
 
+    A row that accepts fewer drafts than the widest row keeps the slots it rejected in the cache, masked out.
+    """
 
-class _Scorer:
-    """Applies the logits processors at each verified position, with that position's prefix as input_ids."""
+    def __init__(self, model, input_ids: torch.Tensor, mask: torch.Tensor):
+        self.model, self.input_ids, self.mask = model, input_ids, mask  # mask [b, S]: cache slots each row sees
+        self.cache = new_cache(model)
+        self.pos = mask.sum(-1).cpu().numpy()  # [b] position id of each row's next token
 
-    def __init__(self, processor, pad: int):
-        self.processor, self.pad = processor, pad
+    def sources(self) -> list:
+        return [ids[m.bool()] for ids, m in zip(self.input_ids, self.mask)]
 
-    def at(self, prefix: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        return scores if self.processor is None else self.processor(prefix, scores)
+    def prefill(self, stats) -> torch.Tensor:
+        """Logits [b, 1, V] after each prompt."""
+        position_ids = (self.mask.cumsum(-1) - 1).masked_fill(self.mask == 0, 1)
+        kwargs = {"logits_to_keep": 1} if _accepts(self.model, "logits_to_keep") else {}
+        logits = self.model(input_ids=self.input_ids, attention_mask=self.mask, position_ids=position_ids,
+                            past_key_values=self.cache, use_cache=True, **kwargs).logits
+        stats.add_forward(len(self.pos))
+        return logits[:, -1:]
 
-    def __call__(self, logits, rows: _Rows, outs, drafts) -> torch.Tensor:  # [b, D+1, V] -> same
-        if self.processor is None:
-            return logits
-        heads = [torch.cat([rows.prompts[i].cpu(), torch.tensor(outs[rid], dtype=torch.long)])
-                 for i, rid in enumerate(rows.ids)]
-        for j in range(logits.shape[1]):
-            prefix = [torch.cat([h, torch.from_numpy(drafts[i, :j])]) for i, h in enumerate(heads)]
-            logits[:, j] = self.at(_left_pad(prefix, self.pad).to(logits.device), logits[:, j])
+    def verify(self, last: np.ndarray, drafts: np.ndarray, lens: np.ndarray, stats) -> torch.Tensor:
+        """One forward over [last token, drafts] of every row; the logits after each of them [b, D+1, V]."""
+        b, d = drafts.shape
+        device = self.mask.device
+        tokens = torch.from_numpy(np.concatenate([last[:, None], drafts], axis=1)).to(device)
+        step_mask = torch.from_numpy(np.arange(d + 1)[None, :] <= lens[:, None]).to(device, self.mask.dtype)
+        positions = torch.from_numpy(self.pos[:, None] + np.arange(d + 1)[None, :]).to(device)
+        logits = self.model(
+            input_ids=tokens, attention_mask=torch.cat([self.mask, step_mask], dim=1), position_ids=positions,
+            past_key_values=self.cache, use_cache=True,
+        ).logits
+        stats.add_forward(b)
         return logits
 
+    def commit(self, accepted: np.ndarray) -> None:
+        """Keep each row's last token and accepted drafts in the cache; mask the slots of rows that accepted fewer."""
+        width = int(accepted.max()) + 1
+        rollback(self.cache, self.mask.shape[1] + width)
+        kept = torch.from_numpy(np.arange(width)[None, :] <= accepted[:, None]).to(self.mask.device, self.mask.dtype)
+        self.mask = torch.cat([self.mask, kept], dim=1)
+        self.pos += accepted + 1
 
-def _left_pad(seqs: list, pad: int) -> torch.Tensor:
-    width = max(len(s) for s in seqs)
-    out = torch.full((len(seqs), width), pad, dtype=torch.long)
-    for i, s in enumerate(seqs):
-        out[i, width - len(s):] = s
-    return out
-
-
-def _commit(cache, rows: _Rows, accepted: np.ndarray) -> None:
-    """Keep each row's last token and accepted drafts in the cache; mask the slots of rows that accepted fewer."""
-    width = int(accepted.max()) + 1
-    rollback(cache, rows.mask.shape[1] + width)
-    kept = torch.from_numpy(np.arange(width)[None, :] <= accepted[:, None]).to(rows.mask.device, rows.mask.dtype)
-    rows.mask = torch.cat([rows.mask, kept], dim=1)
+    def keep(self, rows: list) -> None:
+        """Keep only the batch rows `rows`, so that finished rows cost nothing more."""
+        select_rows(self.cache, torch.tensor(rows, device=self.mask.device))
+        self.mask, self.pos = self.mask[rows], self.pos[rows]
 
 
-def _append(rows: _Rows, outs, gained, max_new: int, eos: tuple) -> list:
-    """Append each row's gained tokens, cut at eos or max_new_tokens; return which rows are done."""
+def _append(rows: _Rows, outs, gained, run: _Run, scores, logits) -> list:
+    """Append each row's gained tokens, cut where plain decoding would have stopped; return which rows are done."""
     done = []
     for i, (rid, new) in enumerate(zip(rows.ids, gained)):
-        new = [int(t) for t in new[: max_new - len(outs[rid])]]
-        stop = next((j for j, t in enumerate(new) if t in eos), None)
-        if stop is not None:
-            new = new[: stop + 1]
+        new, stop = run.stopper.keep(rows.prompts[i], outs[rid], [int(t) for t in new], scores[i])
+        if run.recorder is not None:
+            run.recorder.add(rid, scores[i, : len(new)], logits[i, : len(new)])
+        run.streamer.put(new)
         outs[rid].extend(new)
         rows.last[i] = new[-1]
         if rows.indexes[i] is not None:
             rows.indexes[i].extend(new)
-        done.append(stop is not None or len(outs[rid]) >= max_new)
+        done.append(stop)
     return done
 
 
-def _drop(cache, rows: _Rows, done: list) -> _Rows:
-    """Remove finished rows from the batch (and from the cache) so they cost nothing more."""
+def _drop(target, rows: _Rows, done: list) -> _Rows:
+    """Remove finished rows from the batch (and from the target's cache) so they cost nothing more."""
     if not any(done):
         return rows
     keep = [i for i, d in enumerate(done) if not d]
     if keep:
-        select_rows(cache, torch.tensor(keep, device=rows.mask.device))
-    return _Rows(
-        [rows.ids[i] for i in keep], rows.prompts[keep], rows.mask[keep], rows.pos[keep], rows.last[keep], [rows.indexes[i] for i in keep]
-    )
+        target.keep(keep)
+    return _Rows([rows.ids[i] for i in keep], rows.prompts[keep], rows.last[keep], [rows.indexes[i] for i in keep])
+
+
+def _target(model, input_ids, inputs_tensor, model_kwargs: dict, max_new: int):
+    """The model wrapped for the loop (prefill, verify, commit, keep), after checking the length limit."""
+    if getattr(model.config, "is_encoder_decoder", False):
+        V.check_length(model, torch.ones_like(input_ids), max_new)
+        return Seq2SeqLM(model, input_ids, inputs_tensor, model_kwargs)
+    mask = model_kwargs.get("attention_mask")
+    mask = torch.ones_like(input_ids) if mask is None else mask
+    V.check_length(model, mask, max_new)
+    return _CausalLM(model, input_ids, mask)
+
+
+def _make_run(model, batch: int, processors, criteria, config, settings: Settings, eos: tuple, max_new: int) -> _Run:
+    recorder = None
+    if config.return_dict_in_generate:
+        recorder = Recorder(batch, bool(config.output_scores), bool(config.output_logits))
+    cost = settings.draft_cost if settings.draft_cost is not None else _default_cost(model)
+    return _Run(Scorer(processors, batch), Stopper(criteria, eos, max_new), _rule(config, settings.generator, model),
+                Streamer(settings.streamer, batch), recorder, settings.stats, settings.num_draft_tokens, cost)
+
+
+def _rule(config, generator, model):
+    """The acceptance rule: greedy, or speculative sampling from the processed distribution."""
+    if not config.do_sample:
+        return _greedy
+    if isinstance(generator, int):
+        generator = torch.Generator(device=model.device).manual_seed(generator)
+    return lambda drafts, lens, scores: sample_accept(drafts, lens, torch.softmax(scores, dim=-1), generator)
+
+
+def _greedy(drafts: np.ndarray, lens: np.ndarray, scores: torch.Tensor) -> tuple:
+    targets = scores.argmax(-1).cpu().numpy()  # [b, D+1]; the one host-device sync
+    accepted = greedy_accept(drafts, lens, targets)
+    return accepted, targets[np.arange(len(accepted)), accepted]
+
+
+def _indexes(settings: Settings, sources: list) -> list:
+    """One index per row holding the row's documents, then its source tokens; None where nothing is drafted."""
+    if settings.lookup != "ngram" or settings.num_draft_tokens == 0:
+        return [None] * len(sources)
+    docs = settings.documents or [[]]
+    if 1 < len(docs) < len(sources) and len(sources) % len(docs) == 0:  # rows expanded by num_return_sequences
+        docs = [d for d in docs for _ in range(len(sources) // len(docs))]
+    if len(docs) not in (1, len(sources)):
+        raise ValueError(f"documents must be one list for all rows or one list per row ({len(sources)}), "
+                         f"got {len(docs)} lists")
+    indexes = []
+    for i, source in enumerate(sources):
+        index = NgramIndex(settings.max_ngram, settings.min_ngram)
+        for doc in docs[i % len(docs)]:
+            index.extend(doc)
+        index.extend(source)
+        indexes.append(index)
+    return indexes
+
+
+def _generate_kwargs(kwargs: dict, max_new_tokens, eos_token_id, pad_token_id, logits_processor) -> dict:
+    """model.generate's keyword arguments for lookahead's own ones (None: leave to the generation config)."""
+    if max_new_tokens is not None:
+        kwargs["max_new_tokens"] = max_new_tokens
+    elif "max_length" not in kwargs and kwargs.get("generation_config") is None:
+        kwargs["max_new_tokens"] = DEFAULT_MAX_NEW_TOKENS
+    if eos_token_id not in (None, []):
+        kwargs["eos_token_id"] = eos_token_id
+    if pad_token_id is not None:
+        kwargs["pad_token_id"] = pad_token_id
+    if logits_processor is not None and not isinstance(logits_processor, LogitsProcessorList):
+        logits_processor = LogitsProcessorList(logits_processor if isinstance(logits_processor, list)
+                                               else [logits_processor])
+    kwargs["logits_processor"] = logits_processor
+    return kwargs
+
+
+def _with_stop_strings(criteria, kwargs: dict, tokenizer) -> StoppingCriteriaList:
+    """Stopping criteria with `stop_strings` turned into a criterion (transformers does not hand its tokenizer to a
+    custom decoding loop, so it cannot build that criterion itself)."""
+    criteria = StoppingCriteriaList(criteria or [])
+    config = kwargs.get("generation_config")
+    stops = kwargs.pop("stop_strings", None) or getattr(config, "stop_strings", None)
+    if stops:
+        if tokenizer is None:
+            raise ValueError("stop_strings need tokenizer= to match strings against tokens")
+        criteria.append(StopStringCriteria(tokenizer, stops))
+        if getattr(config, "stop_strings", None):
+            kwargs["generation_config"] = GenerationConfig.from_dict({**config.to_dict(), "stop_strings": None})
+    return criteria
+
+
+def _eos_override(eos_token_id):
+    """() when eos_token_id is [] (no eos at all), else None (transformers resolves it); TypeError if malformed."""
+    if eos_token_id is None:
+        return None
+    ids = [eos_token_id] if isinstance(eos_token_id, int) and not isinstance(eos_token_id, bool) else eos_token_id
+    if not isinstance(ids, (list, tuple)) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+        raise TypeError(f"eos_token_id must be an int or a list of ints, got {eos_token_id!r}")
+    return () if len(ids) == 0 else None
 
 
 def _assemble(input_ids: torch.Tensor, outs: list, pad: int) -> torch.Tensor:
@@ -271,25 +397,8 @@ def _assemble(input_ids: torch.Tensor, outs: list, pad: int) -> torch.Tensor:
     return torch.cat([input_ids, new.to(input_ids.device)], dim=1)
 
 
-def _eos_ids(model, eos_token_id) -> tuple:
-    if eos_token_id is None:
-        eos_token_id = getattr(model.generation_config, "eos_token_id", None)
-    if eos_token_id is None:
-        return ()
-    ids = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
-    if not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
-        raise TypeError(f"eos_token_id must be an int or a list of ints, got {eos_token_id!r}")
-    return tuple(ids)
-
-
-def _pad_id(model, pad_token_id, eos: tuple) -> int:
-    if pad_token_id is None:
-        pad_token_id = getattr(model.generation_config, "pad_token_id", None)
-    if pad_token_id is None:
-        pad_token_id = eos[0] if eos else 0
-    if isinstance(pad_token_id, bool) or not isinstance(pad_token_id, int):
-        raise TypeError(f"pad_token_id must be an int, got {pad_token_id!r}")
-    return pad_token_id
+def _ids(tensor) -> tuple:
+    return () if tensor is None else tuple(int(t) for t in tensor.reshape(-1).tolist())
 
 
 def _default_cost(model) -> float:

@@ -14,3 +14,23 @@ def chunked(tokens_strategy: st.SearchStrategy) -> st.SearchStrategy:
             lambda cuts: [toks[a:b] for a, b in zip([0] + sorted(cuts), sorted(cuts) + [len(toks)])]
         )
     )
+
+
+@st.composite
+def edited_copies(draw, max_size: int = 160, vocab: int = 50) -> list:
+    """Random tokens followed by copies of earlier stretches with point edits, like code edits or extractive
+    summaries: long matches that break and resume."""
+    tokens = draw(st.lists(st.integers(0, vocab - 1), min_size=1, max_size=max_size // 4))
+    for _ in range(draw(st.integers(0, 4))):
+        start = draw(st.integers(0, len(tokens) - 1))
+        piece = tokens[start:start + draw(st.integers(1, max_size // 4))]
+        edits = draw(st.lists(st.tuples(st.integers(0, len(piece) - 1), st.integers(0, vocab - 1)), max_size=2))
+        for where, token in edits:
+            piece[where] = token
+        tokens = (tokens + piece)[:max_size]
+    return tokens
+
+
+def any_tokens(max_size: int = 160) -> st.SearchStrategy:
+    """Tiny-vocabulary sequences (many short matches, runs) or edited copies over a larger one (long matches)."""
+    return st.one_of(token_lists(max_size, vocab=3), token_lists(max_size, vocab=8), edited_copies(max_size))

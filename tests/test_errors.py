@@ -53,13 +53,6 @@ def test_rejects_a_model_without_lm_head():
         generate(T.LlamaModel(config), IDS)
 
 
-def test_rejects_an_encoder_decoder_model():
-    config = T.BartConfig(vocab_size=32, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
-                          decoder_attention_heads=2, encoder_ffn_dim=16, decoder_ffn_dim=16)
-    with pytest.raises(TypeError, match="decoder-only causal LM; BartForConditionalGeneration is an encoder-decoder"):
-        generate(T.BartForConditionalGeneration(config), IDS)
-
-
 def test_rejects_something_that_is_not_a_model():
     with pytest.raises(TypeError, match="must be a transformers PreTrainedModel .* got Linear"):
         generate(torch.nn.Linear(2, 2), IDS)

@@ -1,4 +1,5 @@
 """Draft indexes: incremental structures over token ids that propose continuations."""
 from .ngram import NgramIndex
+from .suffix import SuffixIndex
 
-__all__ = ["NgramIndex"]
+__all__ = ["NgramIndex", "SuffixIndex"]

@@ -6,11 +6,17 @@ Sliding-window layers are told to record their past so that a rollback after a v
 from __future__ import annotations
 
 import torch
-from transformers import DynamicCache
+from transformers import DynamicCache, EncoderDecoderCache
 
 
 def new_cache(model) -> DynamicCache:
-    """A dynamic cache for `model` whose every layer can be rolled back after a verification step."""
+    """A dynamic cache for `model` whose every layer can be rolled back after a verification step.
+
+    Encoder-decoder models get an `EncoderDecoderCache`; rollback then cuts only its decoder self-attention part.
+    """
+    if getattr(model.config, "is_encoder_decoder", False):
+        config = model.config.get_text_config(decoder=True)
+        return EncoderDecoderCache(DynamicCache(config=config), DynamicCache(config=config))
     try:
         cache = DynamicCache(config=model.config)
     except TypeError:  # older transformers: no config argument

@@ -1,0 +1,210 @@
+"""SuffixIndex: drafts from the longest recurring suffix of any length, as a chain or a tree."""
+from __future__ import annotations
+
+import numpy as np
+
+from . import _suffix_kernels as K
+from ._tokens import as_token_array, range_error
+
+_MIN_CAPACITY = 1024
+_PRIOR_WEIGHT = 4.0  # pseudo-observations behind the prior hit rate m / (m + 2) of a length-m match
+
+
+class SuffixIndex:
+    """Proposes what followed earlier occurrences of the longest suffix of the held tokens that recurs.
+
+    An online suffix automaton (Blumer et al. 1985) holds every substring of the tokens seen: appending a token
+    costs amortized O(1), and the state of the whole text links to the longest suffix that occurred before,
+    whatever its length. Drafts walk the automaton from there: each state knows how often its strings occurred
+    and where they first and last ended, so continuations are ranked without rescanning the tokens, and a
+    continuation seen once is copied straight from the tokens.
+
+    Evidence. A draft token's probability is P(the target continues with a known continuation | match length m,
+    occurrences of the context), learned online from the tokens themselves (per bucket, shrunk to the prior
+    m / (m + 2)), times the token's share among the continuations: its share of the occurrences, plus a bonus
+    for the continuation of the copy in progress. The copy in progress is the occurrence the text has been
+    following; when the text leaves it (an edit, a skipped phrase) and a new match starts, the index follows
+    the first occurrence of the match within 64 tokens after where the copy broke off (text rejoins its source
+    a little further on), else the first or the most recent occurrence, whichever has predicted the tokens
+    better so far (summaries read their source front to back, code reuses what it just wrote).
+
+    Adaptive length. A path's probability is the product along it: a long match keeps it high (long drafts),
+    a 1-token match seen once starts low. A draft token is proposed only while its path probability is at
+    least ``min_prob``:
+
+    - ``propose(k)``: the greedy path (the most probable continuation at each step), at most ``k`` tokens.
+    - ``propose_tree(n)``: best-first, the ``n`` most probable nodes; it branches where the evidence is split
+      and stops a branch where its probability falls below ``min_prob``. Its first path is the chain.
+
+    A draft that catches up with the end of the tokens goes on from the longest suffix of tokens plus draft
+    that has a continuation, so repetitive text extrapolates.
+
+    ``extend`` costs amortized O(1) per token (counts are updated along at most 64 suffix links, the rejoin
+    looks at most 64 tokens ahead); ``propose(k)`` and ``propose_tree(n)`` cost O(budget * max_branch)
+    whatever the number of tokens held. Memory: about 150 bytes per token held (up to twice that just after
+    the buffers grow).
+
+    Args:
+        min_prob: smallest path probability worth drafting, in [0, 1]. 0 always fills the budget while a
+            continuation is known; larger values give shorter drafts on weak evidence.
+        max_branch: continuations considered per draft node (besides those of the most recent and the first
+            occurrence), >= 1. Bounds the cost of a proposal on states with many continuations.
+        memory: half-life, in tokens, of the learned statistics (> 0). Short memories adapt faster to the
+            output (after a long prompt of a different kind), long ones are steadier.
+
+    Example:
+        >>> idx = SuffixIndex()
+        >>> idx.extend([5, 6, 7, 8, 9, 5, 6])
+        >>> idx.propose(3).tolist()
+        [7, 8, 9]
+        >>> idx.match_length
+        2
+    """
+
+    def __init__(self, min_prob: float = 0.002, max_branch: int = 8, memory: float = 512.0):
+        if isinstance(min_prob, bool) or not isinstance(min_prob, (int, float, np.number)) or not 0 <= min_prob <= 1:
+            raise ValueError(f"min_prob must be a number in [0, 1], got {min_prob!r}")
+        if not isinstance(max_branch, (int, np.integer)) or isinstance(max_branch, bool) or max_branch < 1:
+            raise ValueError(f"max_branch must be an integer >= 1, got {max_branch!r}")
+        if isinstance(memory, bool) or not isinstance(memory, (int, float, np.number)) or not memory > 0:
+            raise ValueError(f"memory must be a number > 0, got {memory!r}")
+        self.min_prob = float(min_prob)
+        self.max_branch = int(max_branch)
+        self.memory = float(memory)
+        self._allocate(_MIN_CAPACITY)
+        self._chain = np.empty(0, dtype=np.int64)
+        self._buffers(32)
+        _warm_up()
+
+    def __len__(self) -> int:
+        return int(self._meta[K.N])
+
+    def __repr__(self) -> str:
+        return (f"SuffixIndex(min_prob={self.min_prob}, max_branch={self.max_branch}, memory={self.memory}, "
+                f"tokens={len(self)})")
+
+    @property
+    def match_length(self) -> int:
+        """Length of the longest suffix of the held tokens that also occurs earlier (0 when none does)."""
+        link = self._st[self._meta[K.CUR], K.LINK]
+        return int(self._st[link, K.LEN]) if link > 0 else 0
+
+    def reset(self) -> None:
+        """Forget every token held and everything learned."""
+        self._allocate(_MIN_CAPACITY)
+
+    def extend(self, tokens) -> None:
+        """Append token ids (a list, a numpy array or a 1-D tensor of non-negative integers).
+
+        Raises:
+            TypeError: the ids are not integers.
+            ValueError: not one-dimensional, or an id is negative or above 2**31 - 1 (nothing is appended).
+        """
+        new = as_token_array(tokens)
+        if new.shape[0] == 0:
+            return
+        self._reserve(new.shape[0])
+        if K.suffix_extend(new, self._hist, self._st, self._ed, self._table, self._meta, self._stats) < 0:
+            raise range_error(new)
+
+    def propose(self, max_tokens: int) -> np.ndarray:
+        """The most probable continuation, up to ``max_tokens`` tokens (int64, empty when nothing recurs).
+
+        Raises:
+            ValueError: ``max_tokens`` is negative.
+
+        >>> idx = SuffixIndex(); idx.extend([1, 2, 3, 1]); idx.propose(5).tolist()
+        [2, 3, 1, 2, 3]
+        """
+        if type(max_tokens) is not int or max_tokens < 0 or max_tokens > self._chain.shape[0]:
+            _check_budget("max_tokens", max_tokens)
+            self._buffers(max_tokens)
+        m = K.suffix_chain(self._hist, self._st, self._ed, self._table, self._meta, self._stats, max_tokens,
+                           self._cand, self._cprob, self._chain)
+        return self._chain[:m].copy()
+
+    def propose_tree(self, max_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+        """A draft tree of at most ``max_nodes`` nodes, most probable first.
+
+        Returns:
+            ``(tokens, parents)``, int64 arrays of equal length: ``parents[i]`` is the index of node i's parent,
+            or -1 for a child of the last held token; parents come before their children.
+        Raises:
+            ValueError: ``max_nodes`` is negative.
+
+        >>> idx = SuffixIndex(); idx.extend([1, 2, 1, 3, 1]); idx.propose_tree(2)[0].tolist()
+        [3, 2]
+        """
+        if type(max_nodes) is not int or max_nodes < 0 or max_nodes > self._chain.shape[0]:
+            _check_budget("max_nodes", max_nodes)
+            self._buffers(max_nodes)
+        m = K.suffix_tree(self._hist, self._st, self._ed, self._table, self._meta, self._stats, max_nodes,
+                          self._cand, self._cprob, self._heap, self._tree)
+        return self._tree[0, :m].copy(), self._tree[1, :m].copy()
+
+    def _allocate(self, capacity: int) -> None:
+        self._hist = np.empty(capacity, dtype=np.int32)
+        self._st = np.empty((2 * capacity + 2, 8), dtype=np.int32)
+        self._ed = np.empty((3 * capacity + 8, 4), dtype=np.int32)
+        self._table = np.full(_table_size(2 * self._ed.shape[0]), -1, dtype=np.int32)
+        self._meta = np.array([0, 1, 0, 0, self.max_branch, -1, 0, -1], dtype=np.int64)
+        self._st[0, :] = -1
+        self._st[0, K.LEN], self._st[0, K.CNT], self._st[0, K.DEG] = 0, 0, 0
+        self._stats = np.zeros((K.VOTE + 1, 3), dtype=np.float64)
+        self._stats[K.PARAMS] = (self.min_prob, _PRIOR_WEIGHT, 0.5 ** (1.0 / self.memory))
+
+    def _reserve(self, extra: int) -> None:
+        """Grow the buffers to the automaton's worst case (2n states, 3n edges) for n + extra tokens."""
+        held = int(self._meta[K.N])
+        if held + extra > self._hist.shape[0]:
+            capacity = max(2 * self._hist.shape[0], held + extra)
+            self._hist = _grown(self._hist, capacity, held)
+            self._st = _grown(self._st, 2 * capacity + 2, int(self._meta[K.NS]))
+            self._ed = _grown(self._ed, 3 * capacity + 8, int(self._meta[K.NE]))
+            self._table = np.full(_table_size(2 * self._ed.shape[0]), -1, dtype=np.int32)
+            K.suffix_rehash(self._ed, self._table, self._meta)
+
+    def _buffers(self, budget: int) -> None:
+        """Scratch for proposals of up to `budget` tokens or nodes (each node pushes <= max_branch + 2)."""
+        if budget > self._chain.shape[0]:
+            rows = 1 + (max(budget, 32) + 1) * (self.max_branch + 2)
+            self._cand = np.empty((rows, 6), dtype=np.int32)
+            self._cprob = np.empty(rows, dtype=np.float64)
+            self._heap = np.empty(rows, dtype=np.int32)
+            self._chain = np.empty(max(budget, 32), dtype=np.int64)
+            self._tree = np.empty((2, max(budget, 32)), dtype=np.int64)
+
+
+def _check_budget(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+
+
+def _grown(array: np.ndarray, rows: int, used: int) -> np.ndarray:
+    grown = np.empty((rows,) + array.shape[1:], dtype=array.dtype)
+    grown[:used] = array[:used]
+    return grown
+
+
+def _table_size(min_slots: int) -> int:
+    return 1 << max(10, int(min_slots - 1).bit_length())
+
+
+_warm = []
+
+
+def _warm_up() -> None:
+    """Compile (or load from cache) the kernels once per process, on a non-empty input."""
+    if _warm:
+        return
+    _warm.append(True)
+    idx = SuffixIndex.__new__(SuffixIndex)
+    idx.min_prob, idx.max_branch, idx.memory = 0.0, 2, 1.0
+    idx._allocate(16)
+    idx._chain = np.empty(0, dtype=np.int64)
+    idx._buffers(4)
+    for dtype in (np.int32, np.int64):
+        idx.extend(np.array([1, 2, 3, 1, 2, 4, 1, 2], dtype))
+    idx.propose(4)
+    idx.propose_tree(4)
+    idx._reserve(64)

@@ -1,0 +1,143 @@
+"""What lookahead adds to a generation call, checked once at the boundary, and what it refuses to do."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import torch
+
+from . import _validate as V
+
+
+@dataclass
+class GenerationStats:
+    """Counters of one `generate` call. `row_forwards` counts each batch row once per forward it took part in."""
+
+    forward_passes: int = 0
+    row_forwards: int = 0
+    new_tokens: int = 0
+    draft_tokens: int = 0
+    accepted_tokens: int = 0
+
+    @property
+    def tokens_per_forward(self) -> float:
+        """New tokens a row gains per target forward pass (1.0 for plain decoding)."""
+        return self.new_tokens / max(self.row_forwards, 1)
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Fraction of proposed draft tokens that the target accepted."""
+        return self.accepted_tokens / max(self.draft_tokens, 1)
+
+    def add_forward(self, rows: int) -> None:
+        """Count one target forward pass over `rows` batch rows."""
+        self.forward_passes += 1
+        self.row_forwards += rows
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "tokens_per_forward": self.tokens_per_forward, "acceptance_rate": self.acceptance_rate}
+
+
+@dataclass
+class Settings:
+    """Lookahead's own arguments of one call (see `lookahead.generate` for their meaning)."""
+
+    lookup: str = "ngram"
+    max_ngram: int = 4
+    min_ngram: int = 1
+    num_draft_tokens: int = 10
+    draft_cost: float | None = None
+    documents: list | None = None  # None, or per-row lists of 1-D int64 arrays
+    generator: torch.Generator | int | None = None
+    streamer: object = None
+    stream_prompt: bool = False  # put the prompt to the streamer (transformers does it itself for custom_generate)
+    eos: tuple | None = None  # overrides the generation config's eos ids; () means none
+    stats: GenerationStats = field(default_factory=GenerationStats)
+
+
+def make_settings(lookup="ngram", max_ngram=4, min_ngram=1, num_draft_tokens=10, draft_cost=None, documents=None,
+                  tokenizer=None, generator=None, streamer=None, **rest) -> Settings:
+    """Check lookahead's arguments and return them as `Settings`; raise TypeError/ValueError naming a bad one."""
+    V.check_lookup(lookup)
+    V.check_int("max_ngram", max_ngram, 1)
+    V.check_int("min_ngram", min_ngram, 1)
+    if min_ngram > max_ngram:
+        raise ValueError(f"min_ngram must be <= max_ngram, got min_ngram={min_ngram} > max_ngram={max_ngram}")
+    V.check_int("num_draft_tokens", num_draft_tokens, 0)
+    if draft_cost is not None and not (isinstance(draft_cost, (int, float)) and draft_cost >= 0):
+        raise ValueError(f"draft_cost must be a number >= 0 or None, got {draft_cost!r}")
+    if generator is not None and not isinstance(generator, torch.Generator):
+        V.check_int("generator", generator, 0)
+    docs = as_documents(documents, tokenizer)
+    return Settings(lookup, max_ngram, min_ngram, num_draft_tokens, draft_cost, docs, generator, streamer, **rest)
+
+
+def as_documents(documents, tokenizer=None) -> list | None:
+    """Documents as per-row lists of int64 arrays (one shared list for every row, or one list per row).
+
+    `documents` is a list of documents (each a string, which needs `tokenizer`, or a sequence of token ids), or a
+    list with one such list per batch row.
+    """
+    if documents is None:
+        return None
+    if not isinstance(documents, (list, tuple)):
+        raise TypeError(f"documents must be a list of strings or of token id sequences, got {type(documents).__name__}")
+    per_row = all(isinstance(d, (list, tuple)) for d in documents) and any(d and not _is_ids(d) for d in documents)
+    rows = documents if per_row else [documents]
+    return [[_as_ids(d, tokenizer) for d in row] for row in rows]
+
+
+def _is_ids(doc) -> bool:
+    return all(isinstance(t, (int, np.integer)) and not isinstance(t, bool) for t in doc)
+
+
+def _as_ids(doc, tokenizer) -> np.ndarray:
+    if isinstance(doc, str):
+        if tokenizer is None:
+            raise ValueError("documents given as strings need tokenizer= to turn them into token ids")
+        doc = tokenizer(doc, add_special_tokens=False)["input_ids"]
+    if isinstance(doc, torch.Tensor):
+        doc = doc.tolist()
+    arr = np.asarray(doc)
+    if arr.ndim != 1 or (arr.size and (arr.dtype.kind not in "iu" or arr.min() < 0)):
+        raise TypeError(f"each document must be a string or a 1-D sequence of token ids >= 0, got {str(doc)[:60]}")
+    return arr.astype(np.int64)
+
+
+# generation_config fields that ask for a decoding lookahead does not do, with the value that means "off".
+_REFUSED = {
+    "num_beams": (1, "beam search"),
+    "num_beam_groups": (1, "diverse beam search"),
+    "penalty_alpha": (None, "contrastive search"),
+    "dola_layers": (None, "DoLa decoding"),
+    "guidance_scale": (None, "classifier-free guidance"),
+    "prompt_lookup_num_tokens": (None, "transformers' prompt lookup (lookahead drafts by itself: max_ngram, "
+                                       "num_draft_tokens)"),
+    "assistant_early_exit": (None, "self-speculative early exit"),
+    "output_attentions": (False, "the attentions of every step"),
+    "output_hidden_states": (False, "the hidden states of every step"),
+}
+_MODEL_INPUTS = {"attention_mask", "position_ids", "logits_to_keep", "past_key_values", "use_cache", "encoder_outputs",
+                 "cache_position", "decoder_attention_mask"}
+
+
+def refuse_assistant(assistant_model) -> None:
+    """Raise ValueError when an assistant (draft) model is given: lookahead's drafts come from its index."""
+    if assistant_model is not None:
+        raise ValueError("assistant_model: lookahead drafts from its n-gram index, not from an assistant model; "
+                         "drop assistant_model= or call model.generate without custom_generate")
+
+
+def check_supported(generation_config, model_kwargs: dict) -> None:
+    """Raise ValueError naming the first argument whose meaning lookahead cannot keep."""
+    for name, (off, what) in _REFUSED.items():
+        value = getattr(generation_config, name, off)
+        if value is not None and value != off and not (name == "guidance_scale" and value == 1):
+            raise ValueError(f"{name}={value!r} asks for {what}, which lookahead does not do (it decodes greedily or by "
+                             f"sampling); leave {name} unset")
+    for key, value in model_kwargs.items():
+        if key not in _MODEL_INPUTS and value is not None:
+            raise ValueError(f"model input {key}= is not supported by lookahead, which decodes from token ids only")
+    cache = model_kwargs.get("past_key_values")
+    if cache is not None and cache.get_seq_length() > 0:
+        raise ValueError("past_key_values: lookahead starts from an empty cache; pass the full prompt instead")

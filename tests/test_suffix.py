@@ -1,0 +1,242 @@
+"""SuffixIndex against a plain-Python reference."""
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from lookahead.index import SuffixIndex
+from strategies import any_tokens, chunked
+
+
+def naive_longest_suffix(tokens):
+    """(k, ends): the longest k >= 1 such that tokens[-k:] also occurs earlier, and the ends (exclusive) of its
+    earlier occurrences; (0, []) when not even the last token occurred before."""
+    n, best = len(tokens), (0, [])
+    for k in range(1, n):
+        ends = [e for e in range(k, n) if tokens[e - k:e] == tokens[n - k:]]
+        if not ends:
+            break  # a longer suffix cannot recur if this one does not
+        best = (k, ends)
+    return best
+
+
+def follows_some_suffix(tokens, text, token):
+    """Whether `token` followed, somewhere in `tokens`, an occurrence of the last token of `text`."""
+    return any(tokens[e - 1] == text[-1] and tokens[e] == token for e in range(1, len(tokens)))
+
+
+def continues_an_occurrence(tokens, path, ends):
+    """Whether `path` is what followed an earlier occurrence (end in `ends`) of the longest recurring suffix;
+    past the end of the tokens (a copy that caught up with the text), each further token must have followed an
+    occurrence of a suffix of tokens + path so far."""
+    n = len(tokens)
+    if not path:
+        return True
+    for e in ends:
+        d = min(len(path), n - e)
+        if path[:d] == tokens[e:e + d] and all(
+                follows_some_suffix(tokens, tokens + path[:i], path[i]) for i in range(d, len(path))):
+            return True
+    return False
+
+
+def root_paths(tokens, parents):
+    """Token path from the root to every node of a draft tree."""
+    paths = []
+    for i in range(len(tokens)):
+        paths.append((paths[parents[i]] if parents[i] >= 0 else []) + [int(tokens[i])])
+    return paths
+
+
+def first_path(tokens, parents):
+    """The path that follows each node's first child."""
+    path, node = [], -1
+    while True:
+        children = [i for i in range(len(tokens)) if parents[i] == node]
+        if not children:
+            return path
+        node = children[0]
+        path.append(int(tokens[node]))
+
+
+@given(any_tokens(), st.integers(0, 40), st.sampled_from([0.0, 0.002, 0.05]))
+def test_every_tree_path_continues_an_occurrence_of_the_longest_suffix(tokens, budget, min_prob):
+    """Each root path copies what followed an earlier occurrence of the longest recurring suffix."""
+    index = SuffixIndex(min_prob=min_prob)
+    index.extend(tokens)
+    draft, parents = index.propose_tree(budget)
+    k, ends = naive_longest_suffix(tokens)
+    assert index.match_length == k
+    assert draft.dtype == parents.dtype == np.int64 and len(draft) == len(parents) <= budget
+    assert all(-1 <= parents[i] < i for i in range(len(parents)))  # parents precede children
+    for path in root_paths(draft, parents):
+        assert continues_an_occurrence(tokens, path, ends)
+    siblings = [(int(p), int(t)) for p, t in zip(parents, draft)]
+    assert len(set(siblings)) == len(siblings)  # no two children of a node carry the same token
+
+
+@given(any_tokens(), st.integers(0, 40), st.sampled_from([0.0, 0.002, 0.05]))
+def test_chain_is_the_first_path_of_the_tree(tokens, budget, min_prob):
+    """propose() is the greedy path; the tree's first path is a prefix of it, and shorter budgets cut it."""
+    index = SuffixIndex(min_prob=min_prob)
+    index.extend(tokens)
+    chain = index.propose(budget).tolist()
+    k, ends = naive_longest_suffix(tokens)
+    assert len(chain) <= budget and continues_an_occurrence(tokens, chain, ends)
+    first = first_path(*index.propose_tree(budget))
+    assert chain[:len(first)] == first
+    assert index.propose(budget // 2).tolist() == chain[:budget // 2]
+
+
+@given(any_tokens(), st.integers(1, 20))
+def test_nothing_is_proposed_iff_no_suffix_recurs(tokens, budget):
+    """Rule: with min_prob=0 a draft is empty iff not even the last token occurred before; any min_prob only
+    shortens it (a token is drafted iff its path probability >= min_prob)."""
+    k, _ = naive_longest_suffix(tokens)
+    drafts = []
+    for min_prob in (0.0, 0.01, 0.2, 1.0):
+        index = SuffixIndex(min_prob=min_prob)
+        index.extend(tokens)
+        drafts.append(index.propose(budget).tolist())
+        assert (len(index.propose_tree(budget)[0]) > 0) == (len(drafts[-1]) > 0)
+    assert (len(drafts[0]) > 0) == (k > 0)
+    assert all(longer[:len(shorter)] == shorter for longer, shorter in zip(drafts, drafts[1:]))
+
+
+@given(chunked(any_tokens()), st.lists(st.integers(0, 12), min_size=8, max_size=8))
+def test_interleaved_extend_and_propose_equal_a_fresh_index(chunks, asks):
+    """Proposing between extends changes nothing: chain and tree depend on the tokens alone, not on chunking."""
+    incremental = SuffixIndex()
+    seen = []
+    for chunk, ask in zip(chunks, asks * 2):
+        incremental.extend(chunk)
+        seen += chunk
+        fresh = SuffixIndex()
+        fresh.extend(seen)
+        assert incremental.propose(ask).tolist() == fresh.propose(ask).tolist()
+        tree, fresh_tree = incremental.propose_tree(ask), fresh.propose_tree(ask)
+        assert tree[0].tolist() == fresh_tree[0].tolist() and tree[1].tolist() == fresh_tree[1].tolist()
+        assert len(incremental) == len(fresh) == len(seen)
+
+
+def test_follows_the_longest_match_over_a_more_recent_short_one():
+    """The suffix (3, 4) last occurred before 7, but the longest recurring suffix (1, 2, 3, 4) says 5."""
+    index = SuffixIndex()
+    index.extend([1, 2, 3, 4, 5, 9, 3, 4, 7, 9, 1, 2, 3, 4])
+    assert index.propose(2).tolist() == [5, 9]
+    assert index.match_length == 4
+
+
+def test_branches_where_the_evidence_is_split_and_ranks_by_it():
+    """After 1 came 2 three times and 3 once: the chain says 2, the tree offers 3 as well."""
+    index = SuffixIndex(min_prob=0.0)
+    index.extend([1, 2, 1, 2, 1, 2, 1, 3, 1])
+    assert index.propose(1).tolist() == [2]
+    tokens, parents = index.propose_tree(8)
+    assert sorted(tokens[parents == -1].tolist()) == [2, 3]
+    assert tokens[0] == 2
+
+
+def test_a_copy_that_broke_off_rejoins_its_source_further_on():
+    """After an edit, of the three earlier occurrences of 99 the one just after the break point is followed."""
+    source = np.random.default_rng(2).permutation(np.arange(1000, 5000))[:150].tolist()
+    for where in (10, 30, 120):
+        source[where] = 99
+    index = SuffixIndex()
+    index.extend(source + source[15:25] + [500, 99])  # copies source[15:25], edits, then 99 again
+    assert index.match_length == 1
+    assert index.propose(3).tolist() == source[31:34]
+
+
+def test_degenerate_runs_still_give_real_continuations():
+    """A run longer than the 64 suffix links walked per token leaves counts approximate, drafts still real."""
+    tokens = [7] * 300 + [8] + [7] * 5
+    index = SuffixIndex()
+    index.extend(tokens)
+    k, ends = naive_longest_suffix(tokens)
+    assert index.match_length == k
+    for path in root_paths(*index.propose_tree(32)):
+        assert continues_an_occurrence(tokens, path, ends)
+
+
+def test_long_matches_get_long_drafts_and_weak_ones_short():
+    """A 40-token copy in progress fills the budget; a 1-token match seen once is cut early by min_prob."""
+    rng = np.random.default_rng(0)
+    text = rng.permutation(5000)[:300].tolist()
+    strong, weak = SuffixIndex(min_prob=0.05), SuffixIndex(min_prob=0.05)
+    strong.extend(text + text[100:140])
+    weak.extend(text + [text[100]])
+    assert strong.propose(32).tolist() == text[140:172]
+    assert weak.match_length == 1 and 0 < len(weak.propose(32)) <= 4
+
+
+def test_a_draft_that_catches_up_with_the_text_continues_the_repetition():
+    """Periodic text extrapolates past the end of the tokens held."""
+    index = SuffixIndex()
+    index.extend([7, 8, 9, 7, 8, 9, 7])
+    assert index.propose(7).tolist() == [8, 9, 7, 8, 9, 7, 8]
+
+
+def test_large_inputs_grow_buffers_and_keep_matching():
+    """Past the initial capacity (rehashes included) the longest match is still found and copied."""
+    rng = np.random.default_rng(1)
+    tokens = rng.integers(0, 100_000, 6000).tolist()
+    tokens += tokens[1234:1290]
+    index = SuffixIndex()
+    for start in range(0, len(tokens), 700):
+        index.extend(np.array(tokens[start:start + 700]))
+    assert index.match_length == 56
+    assert index.propose(10).tolist() == tokens[1290:1300]
+    assert first_path(*index.propose_tree(10)) == tokens[1290:1300]
+
+
+def test_accepts_lists_arrays_and_tensors_and_resets():
+    index = SuffixIndex()
+    index.extend([1, 2, 3])
+    index.extend(np.array([1, 2], dtype=np.int64))
+    index.extend(torch.tensor([3, 1]))
+    assert len(index) == 7 and "tokens=7" in repr(index)
+    assert index.propose(3).tolist() == [2, 3, 1]
+    index.reset()
+    assert len(index) == 0 and index.propose(3).size == 0 and index.propose_tree(3)[0].size == 0
+    assert index.match_length == 0
+    index.extend([])
+    assert len(index) == 0
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"min_prob": -0.1}, r"min_prob must be a number in \[0, 1\], got -0.1"),
+        ({"min_prob": 2}, r"min_prob must be a number in \[0, 1\], got 2"),
+        ({"min_prob": "0.1"}, r"min_prob must be a number in \[0, 1\], got '0.1'"),
+        ({"max_branch": 0}, "max_branch must be an integer >= 1, got 0"),
+        ({"max_branch": 2.0}, "max_branch must be an integer >= 1, got 2.0"),
+        ({"memory": 0}, "memory must be a number > 0, got 0"),
+        ({"memory": True}, "memory must be a number > 0, got True"),
+    ],
+)
+def test_constructor_errors(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        SuffixIndex(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "tokens, error, message",
+    [
+        ([1.5, 2.0], TypeError, "tokens must hold integer ids, got dtype float64"),
+        ([[1, 2], [3, 4]], ValueError, r"tokens must be one-dimensional, got shape \(2, 2\)"),
+        ([1, -2], ValueError, r"token ids must lie in \[0, 2147483647\], got min -2"),
+    ],
+)
+def test_extend_errors(tokens, error, message):
+    with pytest.raises(error, match=message):
+        SuffixIndex().extend(tokens)
+
+
+@pytest.mark.parametrize("method, name", [("propose", "max_tokens"), ("propose_tree", "max_nodes")])
+@pytest.mark.parametrize("value", [-1, 2.5])
+def test_propose_rejects_bad_budgets(method, name, value):
+    with pytest.raises(ValueError, match=f"{name} must be an integer >= 0, got {value}"):
+        getattr(SuffixIndex(), method)(value)

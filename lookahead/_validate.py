@@ -5,7 +5,7 @@ import inspect
 
 import torch
 
-LOOKUPS = ("ngram", "none")
+LOOKUPS = ("ngram", "suffix", "none")
 
 
 def check_model(model) -> None:

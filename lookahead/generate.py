@@ -19,12 +19,14 @@ from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteria
 from transformers.generation.stopping_criteria import StopStringCriteria
 
 from . import _validate as V
-from .index import NgramIndex
+from .index import NgramIndex, SuffixIndex
 from .outputs import Recorder
 from .policy import DraftLength
 from .processing import Scorer, Stopper, Streamer, max_new_tokens as _max_new
 from .seq2seq import Seq2SeqLM
-from .settings import GenerationStats, Settings, check_supported, make_settings, refuse_assistant
+from .settings import GenerationStats, Settings, check_supported, check_tree, make_settings, refuse_assistant
+from .verify import tree as T
+from .verify.cache import keep_slots
 from .verify import greedy_accept, new_cache, rollback, sample_accept, select_rows
 
 DEFAULT_MAX_NEW_TOKENS = 128
@@ -52,6 +54,7 @@ class _Run:
     stats: GenerationStats
     num_draft_tokens: int
     draft_cost: float
+    max_draft_nodes: int = 0  # > 0: tree drafts of at most this many nodes
 
 
 def generate(
@@ -64,6 +67,9 @@ def generate(
     min_ngram: int = 1,
     num_draft_tokens: int = 10,
     draft_cost: float | None = None,
+    draft: str = "chain",
+    max_draft_nodes: int = 32,
+    memory=None,
     max_new_tokens: int | None = None,
     eos_token_id=None,
     pad_token_id=None,
@@ -85,12 +91,18 @@ def generate(
         model: a Hugging Face causal LM (`AutoModelForCausalLM`) or encoder-decoder (`AutoModelForSeq2SeqLM`).
         input_ids: LongTensor [batch, length] (or [length]); left-pad rows of different lengths.
         attention_mask: [batch, length] of 0/1, 0 on padding. Default: all ones.
-        lookup: "ngram" (draft from an `NgramIndex` over documents, prompt and output) or "none" (plain decoding).
+        lookup: "ngram" (draft from an `NgramIndex` over documents, prompt and output), "suffix" (a `SuffixIndex`:
+            longest match of any length, adaptive drafts) or "none" (plain decoding).
         max_ngram, min_ngram: longest and shortest suffix the index matches.
         num_draft_tokens: most draft tokens verified per row and step (0 disables drafting).
         draft_cost: cost of verifying one more token, as a fraction of a one-token forward; drafts are only as long
             as the acceptance seen so far pays for (`lookahead.policy.DraftLength`). Default: 0.1 on CPU, 0.02 on
             an accelerator. 0 always drafts `num_draft_tokens` when there is a match.
+        draft: "chain" (one continuation) or "tree" (several continuations verified together in one forward with a
+            tree attention mask; needs lookup="suffix", greedy decoding and a decoder-only model).
+        max_draft_nodes: most tree nodes verified per row and step (draft="tree").
+        memory: a `lookahead.Memory` that outlives calls: its earlier prompts and outputs are drafted from, and
+            this call's prompts and outputs are added to it.
         max_new_tokens: most tokens generated per row. Default: 128, unless `generation_config` or `max_length`
             sets a length.
         eos_token_id: int or list of ints that end a row ([] for none). Default: the generation config's.
@@ -104,7 +116,8 @@ def generate(
         streamer: a `TextStreamer` / `TextIteratorStreamer` (batch of one); it gets each step's accepted tokens.
         generator: a `torch.Generator` or an int seed for sampling. Default: torch's global generator.
         return_stats: also return a `GenerationStats`.
-        **generate_kwargs: whatever `model.generate` accepts: `generation_config`, `do_sample`, `temperature`,
+        **generate_kwargs: whatever `model.generate` accepts: `generation_config`, `do_sample` (default False:
+            greedy, even when the model's generation config samples), `temperature`,
             `top_k`, `top_p`, `min_p`, `typical_p`, `repetition_penalty`, `no_repeat_ngram_size`, `bad_words_ids`,
             `suppress_tokens`, `min_new_tokens`, `stop_strings`, `max_time`, `num_return_sequences` (sampling),
             `return_dict_in_generate`, `output_scores`, `output_logits`, ...
@@ -126,7 +139,10 @@ def generate(
     """
     V.check_model(model)
     settings = make_settings(lookup, max_ngram, min_ngram, num_draft_tokens, draft_cost, documents, tokenizer,
-                             generator, streamer, stream_prompt=True, eos=_eos_override(eos_token_id))
+                             generator, streamer, stream_prompt=True, eos=_eos_override(eos_token_id),
+                             **check_tree(draft, max_draft_nodes, lookup, generate_kwargs, model))
+    if memory is not None:
+        settings.documents = memory.documents(settings.documents, len(input_ids) if input_ids.dim() > 1 else 1)
     if max_new_tokens is not None:
         V.check_int("max_new_tokens", max_new_tokens, 1)
     if pad_token_id is not None and (isinstance(pad_token_id, bool) or not isinstance(pad_token_id, int)):
@@ -136,6 +152,9 @@ def generate(
     kwargs = _generate_kwargs(dict(generate_kwargs), max_new_tokens, eos_token_id, pad_token_id, logits_processor)
     kwargs["stopping_criteria"] = _with_stop_strings(stopping_criteria, kwargs, tokenizer)
     out = model.generate(input_ids, attention_mask=attention_mask, custom_generate=decode, lookahead=settings, **kwargs)
+    if memory is not None:
+        pad = pad_token_id if pad_token_id is not None else model.generation_config.pad_token_id
+        memory.add(out if isinstance(out, torch.Tensor) else out.sequences, attention_mask, pad)
     return (out, settings.stats) if return_stats else out
 
 
@@ -184,6 +203,8 @@ def _decode(target, rows: _Rows, run: _Run, max_new: int) -> list:
     _, first = run.accept(none, np.zeros(len(outs), dtype=np.int64), scores)
     rows = _drop(target, rows, _append(rows, outs, [[t] for t in first], run, scores, logits))
     policy = DraftLength(run.num_draft_tokens, run.draft_cost)
+    while rows.ids and run.max_draft_nodes:
+        rows = _tree_step(target, rows, outs, run, max_new)
     while rows.ids:
         drafts, lens, matches = _propose(rows, outs, policy, max_new)
         lens = run.scorer.cut(drafts, lens, rows, outs)  # drafts a processor forbids never reach the model
@@ -198,6 +219,37 @@ def _decode(target, rows: _Rows, run: _Run, max_new: int) -> list:
         gained = [list(drafts[i, :a]) + [nxt[i]] for i, a in enumerate(accepted)]
         rows = _drop(target, rows, _append(rows, outs, gained, run, scores, logits))
     return outs
+
+
+def _tree_step(target, rows: _Rows, outs, run: _Run, max_new: int) -> _Rows:
+    """Propose a tree per row, verify all of it in one forward, keep the longest path the target agrees with."""
+    budget = [min(run.max_draft_nodes, max_new - len(outs[rid]) - 1) for rid in rows.ids]
+    empty = (np.empty(0, np.int64), np.empty(0, np.int64))
+    tokens, parents, sizes = T.pack_trees([ix.propose_tree(n) if n > 0 else empty
+                                           for ix, n in zip(rows.indexes, budget)])
+    seen, depth = T.ancestry(parents)
+    logits = target.verify_tree(rows.last, tokens, seen, depth, run.stats)  # [b, N+1, V]
+    scores = _tree_scores(run.scorer, logits, rows, outs, tokens, seen)
+    paths, bonus = T.greedy_tree_accept(tokens, parents, sizes, scores.argmax(-1).cpu().numpy())
+    target.commit_path(paths)
+    run.stats.draft_tokens += int(sizes.sum())
+    run.stats.accepted_tokens += sum(len(p) for p in paths)
+    gained = [list(tokens[i, p]) + [bonus[i]] for i, p in enumerate(paths)]
+    cols = torch.from_numpy(T.path_slots(paths)).to(scores.device)  # [b, W] columns along each accepted path
+    at = torch.arange(len(paths), device=scores.device)[:, None]
+    return _drop(target, rows, _append(rows, outs, gained, run, scores[at, cols], logits[at, cols]))
+
+
+def _tree_scores(scorer: Scorer, logits, rows: _Rows, outs, tokens: np.ndarray, seen: np.ndarray) -> torch.Tensor:
+    """Processed scores of every tree column, each with its own path as the prefix."""
+    if not scorer.by_prefix:
+        return scorer(logits, rows, outs, np.zeros((len(rows.ids), logits.shape[1] - 1), dtype=np.int64))
+    cols = []
+    for c in range(logits.shape[1]):
+        path = [tokens[i, seen[i, c, 1:]] for i in range(len(rows.ids))]  # ancestors of column c, root excluded
+        with_path = {rid: outs[rid] + [int(t) for t in path[i]] for i, rid in enumerate(rows.ids)}
+        cols.append(scorer(logits[:, c:c + 1], rows, with_path, np.zeros((len(rows.ids), 0), dtype=np.int64)))
+    return torch.cat(cols, dim=1)
 
 
 def _propose(rows: _Rows, outs, policy: DraftLength, max_new: int) -> tuple:
@@ -251,6 +303,25 @@ class _CausalLM:
         ).logits
         stats.add_forward(b)
         return logits
+
+    def verify_tree(self, last: np.ndarray, tokens: np.ndarray, seen: np.ndarray, depth: np.ndarray, stats):
+        """One forward over [last token, tree nodes] of every row, each node seeing only its ancestors."""
+        device = self.mask.device
+        inputs = torch.from_numpy(np.concatenate([last[:, None], tokens], axis=1)).to(device)
+        positions = torch.from_numpy(self.pos[:, None] + depth).to(device)
+        logits = self.model(input_ids=inputs, attention_mask=T.tree_mask(self.mask, seen, self.model.dtype),
+                            position_ids=positions, past_key_values=self.cache, use_cache=True).logits
+        stats.add_forward(len(last))
+        return logits
+
+    def commit_path(self, paths: list) -> None:
+        """Keep each row's last token and accepted path in the cache, packed behind the earlier slots."""
+        slots = T.path_slots(paths)  # [b, W]
+        keep_slots(self.cache, self.mask.shape[1], torch.from_numpy(slots).to(self.mask.device))
+        lens = np.array([len(p) for p in paths], dtype=np.int64)
+        kept = np.arange(slots.shape[1])[None, :] <= lens[:, None]
+        self.mask = torch.cat([self.mask, torch.from_numpy(kept).to(self.mask.device, self.mask.dtype)], dim=1)
+        self.pos += lens + 1
 
     def commit(self, accepted: np.ndarray) -> None:
         """Keep each row's last token and accepted drafts in the cache; mask the slots of rows that accepted fewer."""
@@ -308,8 +379,12 @@ def _make_run(model, batch: int, processors, criteria, config, settings: Setting
     if config.return_dict_in_generate:
         recorder = Recorder(batch, bool(config.output_scores), bool(config.output_logits))
     cost = settings.draft_cost if settings.draft_cost is not None else _default_cost(model)
+    if settings.draft == "tree" and config.do_sample:
+        raise ValueError("draft='tree' verifies greedily; do_sample=True (set here by the generation config) needs "
+                         "draft='chain'")
     return _Run(Scorer(processors, batch), Stopper(criteria, eos, max_new), _rule(config, settings.generator, model),
-                Streamer(settings.streamer, batch), recorder, settings.stats, settings.num_draft_tokens, cost)
+                Streamer(settings.streamer, batch), recorder, settings.stats, settings.num_draft_tokens, cost,
+                settings.max_draft_nodes if settings.draft == "tree" else 0)
 
 
 def _rule(config, generator, model):
@@ -329,8 +404,9 @@ def _greedy(drafts: np.ndarray, lens: np.ndarray, scores: torch.Tensor) -> tuple
 
 def _indexes(settings: Settings, sources: list) -> list:
     """One index per row holding the row's documents, then its source tokens; None where nothing is drafted."""
-    if settings.lookup != "ngram" or settings.num_draft_tokens == 0:
+    if settings.lookup == "none" or settings.num_draft_tokens == 0:
         return [None] * len(sources)
+    make_index = {"ngram": lambda: NgramIndex(settings.max_ngram, settings.min_ngram), "suffix": SuffixIndex}
     docs = settings.documents or [[]]
     if 1 < len(docs) < len(sources) and len(sources) % len(docs) == 0:  # rows expanded by num_return_sequences
         docs = [d for d in docs for _ in range(len(sources) // len(docs))]
@@ -339,7 +415,7 @@ def _indexes(settings: Settings, sources: list) -> list:
                          f"got {len(docs)} lists")
     indexes = []
     for i, source in enumerate(sources):
-        index = NgramIndex(settings.max_ngram, settings.min_ngram)
+        index = make_index[settings.lookup]()
         for doc in docs[i % len(docs)]:
             index.extend(doc)
         index.extend(source)
@@ -353,6 +429,8 @@ def _generate_kwargs(kwargs: dict, max_new_tokens, eos_token_id, pad_token_id, l
         kwargs["max_new_tokens"] = max_new_tokens
     elif "max_length" not in kwargs and kwargs.get("generation_config") is None:
         kwargs["max_new_tokens"] = DEFAULT_MAX_NEW_TOKENS
+    if "do_sample" not in kwargs and kwargs.get("generation_config") is None:
+        kwargs["do_sample"] = False  # greedy unless asked, whatever the model's generation config prefers
     if eos_token_id not in (None, []):
         kwargs["eos_token_id"] = eos_token_id
     if pad_token_id is not None:

@@ -52,6 +52,8 @@ class Settings:
     streamer: object = None
     stream_prompt: bool = False  # put the prompt to the streamer (transformers does it itself for custom_generate)
     eos: tuple | None = None  # overrides the generation config's eos ids; () means none
+    draft: str = "chain"
+    max_draft_nodes: int = 32
     stats: GenerationStats = field(default_factory=GenerationStats)
 
 
@@ -70,6 +72,22 @@ def make_settings(lookup="ngram", max_ngram=4, min_ngram=1, num_draft_tokens=10,
         V.check_int("generator", generator, 0)
     docs = as_documents(documents, tokenizer)
     return Settings(lookup, max_ngram, min_ngram, num_draft_tokens, draft_cost, docs, generator, streamer, **rest)
+
+
+def check_tree(draft: str, max_draft_nodes: int, lookup: str, generate_kwargs: dict, model) -> dict:
+    """Check the draft shape arguments; return them as Settings fields."""
+    if draft not in ("chain", "tree"):
+        raise ValueError(f"draft must be 'chain' or 'tree', got {draft!r}")
+    V.check_int("max_draft_nodes", max_draft_nodes, 1)
+    if draft == "tree":
+        if lookup != "suffix":
+            raise ValueError(f"draft='tree' needs lookup='suffix' (an index that proposes trees), got lookup={lookup!r}")
+        config = generate_kwargs.get("generation_config")
+        if generate_kwargs.get("do_sample", getattr(config, "do_sample", False)):
+            raise ValueError("draft='tree' verifies greedily; do_sample=True needs draft='chain'")
+        if getattr(model.config, "is_encoder_decoder", False):
+            raise ValueError(f"draft='tree' needs a decoder-only model; {type(model).__name__} is an encoder-decoder")
+    return {"draft": draft, "max_draft_nodes": max_draft_nodes}
 
 
 def as_documents(documents, tokenizer=None) -> list | None:

@@ -34,7 +34,7 @@ IDS = torch.tensor([[5, 6, 7, 8]])
         ((IDS,), {"num_draft_tokens": 2.0}, TypeError, "num_draft_tokens must be an int, got float"),
         ((IDS,), {"draft_cost": -1}, ValueError, "draft_cost must be a number >= 0 or None, got -1"),
         ((IDS,), {"max_new_tokens": 0}, ValueError, "max_new_tokens must be >= 1, got 0"),
-        ((IDS,), {"lookup": "bogus"}, ValueError, "lookup must be one of 'ngram', 'none', got 'bogus'"),
+        ((IDS,), {"lookup": "bogus"}, ValueError, "lookup must be one of 'ngram', 'suffix', 'none', got 'bogus'"),
         ((IDS,), {"max_new_tokens": 600}, ValueError,
          "max_new_tokens=600 with a prompt of 4 tokens exceeds the model's position limit of 512"),
         ((IDS,), {"eos_token_id": "x"}, TypeError, "eos_token_id must be an int or a list of ints"),

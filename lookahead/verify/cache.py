@@ -33,6 +33,22 @@ def rollback(cache, keep: int) -> None:
     cache.crop(-extra)
 
 
+def keep_slots(cache, start: int, slots: torch.Tensor) -> None:
+    """Keep the cache's first `start` slots, then, per row, the slots `start + slots[i]` (a [b, W] LongTensor).
+
+    After a tree verification the accepted path is scattered among the tree's columns; this packs it behind the
+    slots before the step. Rows whose path is shorter than W repeat a slot that the caller masks out.
+    """
+    for layer in cache.layers:
+        if not getattr(layer, "is_initialized", True) or layer.keys is None:
+            continue
+        index = slots[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[-1])
+        layer.keys = torch.cat([layer.keys[:, :, :start], layer.keys[:, :, start:].gather(2, index)], dim=2)
+        layer.values = torch.cat([layer.values[:, :, :start], layer.values[:, :, start:].gather(2, index)], dim=2)
+        if hasattr(layer, "cumulative_length"):
+            layer.cumulative_length = layer.keys.shape[2]
+
+
 def select_rows(cache, rows: torch.Tensor) -> None:
     """Keep only the batch rows `rows` (a 1-D LongTensor of row indices) in the cache."""
     cache.batch_select_indices(rows)

@@ -1,0 +1,115 @@
+"""Tree drafts and memory across calls: still exactly greedy's tokens."""
+import numpy as np
+import pytest
+import torch
+from transformers import LogitsProcessorList, RepetitionPenaltyLogitsProcessor
+
+from lookahead import Memory, generate
+from lookahead.verify import tree as T
+from lookahead.verify.cache import keep_slots
+from models import CONFIGS, repeated_prompt, tiny_model
+from test_generate import left_padded
+
+
+def test_ancestry_and_depth_of_a_small_tree():
+    """Columns see the root, their ancestors and themselves; depth counts edges from the root."""
+    parents = np.array([[-1, 0, -1, 1]])
+    seen, depth = T.ancestry(parents)
+    assert depth.tolist() == [[0, 1, 2, 1, 3]]
+    assert seen[0, 4].tolist() == [True, True, True, False, True]
+    assert seen[0, 3].tolist() == [True, False, False, True, False]
+
+
+def test_greedy_tree_accept_follows_the_target_down_the_tree():
+    """The target's argmax picks the branch at each depth; the bonus token comes after the last accepted node."""
+    tokens, parents, sizes = T.pack_trees([(np.array([5, 6, 7, 8]), np.array([-1, 0, -1, 1])),
+                                           (np.array([9]), np.array([-1]))])
+    targets = np.array([[5, 6, 0, 0, 0], [4, 0, 0, 0, 0]])  # row 0: 5 then 6 then (after 6) 0 != 8
+    paths, bonus = T.greedy_tree_accept(tokens, parents, sizes, targets)
+    assert paths == [[0, 1], []] and bonus.tolist() == [0, 4]
+    assert T.path_slots(paths).tolist() == [[0, 1, 2], [0, 0, 0]]
+
+
+def test_keep_slots_packs_the_accepted_path():
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    keys = torch.arange(2 * 6, dtype=torch.float).reshape(2, 1, 6, 1)
+    cache.update(keys, keys.clone(), 0)
+    keep_slots(cache, 2, torch.tensor([[0, 3], [0, 1]]))
+    assert cache.layers[0].keys[:, 0, :, 0].tolist() == [[0, 1, 2, 5], [6, 7, 8, 9]]
+
+
+@pytest.mark.parametrize("arch", sorted(CONFIGS))
+def test_tree_drafts_match_greedy(arch):
+    """Batch of one and a left-padded batch of three, tree drafts of up to 16 nodes."""
+    model = tiny_model(arch)
+    ids = repeated_prompt(0, 40)[None]
+    expected = model.generate(ids, do_sample=False, max_new_tokens=48)
+    assert torch.equal(generate(model, ids, lookup="suffix", draft="tree", max_draft_nodes=16, max_new_tokens=48),
+                       expected)
+    batch, mask = left_padded([30, 17, 41])
+    expected = model.generate(batch, attention_mask=mask, do_sample=False, max_new_tokens=32)
+    out = generate(model, batch, attention_mask=mask, lookup="suffix", draft="tree", max_new_tokens=32)
+    assert torch.equal(out, expected)
+
+
+def test_tree_drafts_on_the_pretrained_model_accept_more_per_forward(stories_model):
+    story = stories_model.generate(torch.tensor([[1]]), do_sample=False, max_new_tokens=80)
+    prompt = torch.cat([story, story[:, 1:30]], dim=1)
+    expected = stories_model.generate(prompt, do_sample=False, max_new_tokens=100)
+    out, stats = generate(stories_model, prompt, lookup="suffix", draft="tree", max_new_tokens=100,
+                          return_stats=True)
+    assert torch.equal(out, expected)
+    assert stats.tokens_per_forward > 2.0
+
+
+def test_tree_drafts_with_a_prefix_dependent_processor():
+    """repetition_penalty sees each node's own path as its prefix."""
+    model = tiny_model("gpt_neox")
+    ids = repeated_prompt(0, 40)[None]
+    procs = LogitsProcessorList([RepetitionPenaltyLogitsProcessor(1.3)])
+    expected = model.generate(ids, do_sample=False, max_new_tokens=40, logits_processor=procs)
+    out = generate(model, ids, lookup="suffix", draft="tree", max_new_tokens=40, logits_processor=procs)
+    assert torch.equal(out, expected)
+
+
+def test_memory_lets_a_later_call_copy_an_earlier_output(stories_model):
+    """The same request twice: the second drafts the whole answer from memory."""
+    prompt = torch.tensor([[1, 403, 407]])
+    memory = Memory(max_tokens=10_000)
+    first, s1 = generate(stories_model, prompt, lookup="suffix", max_new_tokens=60, memory=memory, return_stats=True)
+    assert len(memory) == first.shape[1]
+    second, s2 = generate(stories_model, prompt, lookup="suffix", max_new_tokens=60, memory=memory,
+                          return_stats=True)
+    assert torch.equal(first, second)
+    assert torch.equal(second, stories_model.generate(prompt, do_sample=False, max_new_tokens=60))
+    assert s2.forward_passes < s1.forward_passes / 2
+
+
+def test_memory_evicts_the_oldest_tokens():
+    memory = Memory(max_tokens=10)
+    memory.add_tokens([1, 2, 3, 4, 5, 6])
+    memory.add_tokens([7, 8, 9, 10, 11])
+    assert len(memory) == 5 and memory.documents(None, 1)[0][0].tolist() == [7, 8, 9, 10, 11]
+    memory.add_tokens(list(range(30)))
+    assert len(memory) == 10
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"draft": "tree"}, "draft='tree' needs lookup='suffix'"),
+        ({"draft": "bush", "lookup": "suffix"}, "draft must be 'chain' or 'tree', got 'bush'"),
+        ({"draft": "tree", "lookup": "suffix", "max_draft_nodes": 0}, "max_draft_nodes must be >= 1, got 0"),
+        ({"draft": "tree", "lookup": "suffix", "do_sample": True}, "draft='tree' verifies greedily"),
+    ],
+)
+def test_tree_argument_errors(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        generate(tiny_model("llama"), torch.tensor([[5, 6, 7]]), max_new_tokens=4, **kwargs)
+
+
+def test_memory_argument_error():
+    with pytest.raises(ValueError, match="max_tokens must be an int >= 1, got 0"):
+        Memory(max_tokens=0)

@@ -36,6 +36,9 @@ MAX_WALK = 64
 WINDOW = 64  # how far after the point where a copy broke off the text may rejoin its source
 # extra shares: following the copy in progress; ties go to the most recent occurrence's, then the first's
 _FOLLOW_BONUS, _RECENT_BONUS, _FIRST_BONUS = 0.3, 0.05, 0.02
+# a new copy starts from the first occurrence (sources are read front to back) unless the most recent one has
+# predicted the text this much better
+_RECENT_ODDS = 5.0 / 3.0
 _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 
 
@@ -192,7 +195,7 @@ def _follow(hist, meta, t):
 def _rejoin(hist, st, meta, stats):
     """When the longest recurring suffix is longer than the copy in progress, follow another of its occurrences:
     the first within WINDOW tokens after the point where the last copy broke off (text that leaves its source
-    rejoins it a little further on), else its first or its most recent one, whichever predicted better."""
+    rejoins it a little further on), else its first one, or its most recent one if that predicted better."""
     s, n = st[meta[CUR], LINK], meta[N]
     if s <= 0 or st[s, LEN] <= meta[RUN]:
         return
@@ -204,7 +207,7 @@ def _rejoin(hist, st, meta, stats):
         if j > k:
             meta[PTR], meta[RUN] = e, st[s, LEN]
             return
-    meta[PTR] = st[s, FIRST] if stats[VOTE, 1] > stats[VOTE, 0] else _earlier_end(st, s, n)
+    meta[PTR] = st[s, FIRST] if _RECENT_ODDS * stats[VOTE, 1] >= stats[VOTE, 0] else _earlier_end(st, s, n)
     meta[RUN] = st[s, LEN]
 
 

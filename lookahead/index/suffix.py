@@ -25,8 +25,8 @@ class SuffixIndex:
     for the continuation of the copy in progress. The copy in progress is the occurrence the text has been
     following; when the text leaves it (an edit, a skipped phrase) and a new match starts, the index follows
     the first occurrence of the match within 64 tokens after where the copy broke off (text rejoins its source
-    a little further on), else the first or the most recent occurrence, whichever has predicted the tokens
-    better so far (summaries read their source front to back, code reuses what it just wrote).
+    a little further on), else the first occurrence (sources are read front to back), or the most recent one
+    where that has predicted the tokens clearly better so far (code reuses what it just wrote).
 
     Adaptive length. A path's probability is the product along it: a long match keeps it high (long drafts),
     a 1-token match seen once starts low. A draft token is proposed only while its path probability is at
@@ -45,8 +45,10 @@ class SuffixIndex:
     the buffers grow).
 
     Args:
-        min_prob: smallest path probability worth drafting, in [0, 1]. 0 always fills the budget while a
-            continuation is known; larger values give shorter drafts on weak evidence.
+        min_prob: smallest path probability worth drafting, in [0, 1]. The default suits memory-bound decoding,
+            where a rejected draft token costs next to nothing: long matches keep full drafts, a 1-token match
+            seen once is cut after some 10-30 tokens (depending on what was learned). Raise it (0.02-0.1) when
+            verifying more tokens costs compute; 0 drafts the whole budget whenever a continuation is known.
         max_branch: continuations considered per draft node (besides those of the most recent and the first
             occurrence), >= 1. Bounds the cost of a proposal on states with many continuations.
         memory: half-life, in tokens, of the learned statistics (> 0). Short memories adapt faster to the
@@ -61,7 +63,7 @@ class SuffixIndex:
         2
     """
 
-    def __init__(self, min_prob: float = 0.002, max_branch: int = 8, memory: float = 512.0):
+    def __init__(self, min_prob: float = 0.001, max_branch: int = 8, memory: float = 512.0):
         if isinstance(min_prob, bool) or not isinstance(min_prob, (int, float, np.number)) or not 0 <= min_prob <= 1:
             raise ValueError(f"min_prob must be a number in [0, 1], got {min_prob!r}")
         if not isinstance(max_branch, (int, np.integer)) or isinstance(max_branch, bool) or max_branch < 1:
@@ -101,11 +103,12 @@ class SuffixIndex:
             ValueError: not one-dimensional, or an id is negative or above 2**31 - 1 (nothing is appended).
         """
         new = as_token_array(tokens)
-        if new.shape[0] == 0:
-            return
-        self._reserve(new.shape[0])
-        if K.suffix_extend(new, self._hist, self._st, self._ed, self._table, self._meta, self._stats) < 0:
+        extra = new.shape[0]
+        if extra > self._room:
+            self._reserve(extra)
+        if extra and K.suffix_extend(new, self._hist, self._st, self._ed, self._table, self._meta, self._stats) < 0:
             raise range_error(new)
+        self._room -= extra
 
     def propose(self, max_tokens: int) -> np.ndarray:
         """The most probable continuation, up to ``max_tokens`` tokens (int64, empty when nothing recurs).
@@ -140,10 +143,11 @@ class SuffixIndex:
             self._buffers(max_nodes)
         m = K.suffix_tree(self._hist, self._st, self._ed, self._table, self._meta, self._stats, max_nodes,
                           self._cand, self._cprob, self._heap, self._tree)
-        return self._tree[0, :m].copy(), self._tree[1, :m].copy()
+        tree = self._tree[:, :m].copy()
+        return tree[0], tree[1]
 
     def _allocate(self, capacity: int) -> None:
-        self._hist = np.empty(capacity, dtype=np.int32)
+        self._hist, self._room = np.empty(capacity, dtype=np.int32), capacity
         self._st = np.empty((2 * capacity + 2, 8), dtype=np.int32)
         self._ed = np.empty((3 * capacity + 8, 4), dtype=np.int32)
         self._table = np.full(_table_size(2 * self._ed.shape[0]), -1, dtype=np.int32)
@@ -163,6 +167,7 @@ class SuffixIndex:
             self._ed = _grown(self._ed, 3 * capacity + 8, int(self._meta[K.NE]))
             self._table = np.full(_table_size(2 * self._ed.shape[0]), -1, dtype=np.int32)
             K.suffix_rehash(self._ed, self._table, self._meta)
+        self._room = self._hist.shape[0] - held
 
     def _buffers(self, budget: int) -> None:
         """Scratch for proposals of up to `budget` tokens or nodes (each node pushes <= max_branch + 2)."""

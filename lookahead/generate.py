@@ -15,8 +15,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
-from transformers.generation.stopping_criteria import StopStringCriteria
 
 from . import _validate as V
 from .index import NgramIndex, SuffixIndex
@@ -24,12 +22,11 @@ from .outputs import Recorder
 from .policy import DraftLength
 from .processing import Scorer, Stopper, Streamer, max_new_tokens as _max_new
 from .seq2seq import Seq2SeqLM
-from .settings import GenerationStats, Settings, check_supported, check_tree, make_settings, refuse_assistant
+from .settings import (GenerationStats, Settings, check_supported, check_tree, eos_override, hf_kwargs,
+                       make_settings, refuse_assistant, with_stop_strings)
 from .verify import tree as T
 from .verify.cache import keep_slots
 from .verify import greedy_accept, new_cache, rollback, sample_accept, select_rows
-
-DEFAULT_MAX_NEW_TOKENS = 128
 
 
 @dataclass
@@ -139,7 +136,7 @@ def generate(
     """
     V.check_model(model)
     settings = make_settings(lookup, max_ngram, min_ngram, num_draft_tokens, draft_cost, documents, tokenizer,
-                             generator, streamer, stream_prompt=True, eos=_eos_override(eos_token_id),
+                             generator, streamer, stream_prompt=True, eos=eos_override(eos_token_id),
                              **check_tree(draft, max_draft_nodes, lookup, generate_kwargs, model))
     if memory is not None:
         settings.documents = memory.documents(settings.documents, len(input_ids) if input_ids.dim() > 1 else 1)
@@ -149,8 +146,8 @@ def generate(
         raise TypeError(f"pad_token_id must be an int, got {pad_token_id!r}")
     refuse_assistant(generate_kwargs.get("assistant_model"))
     input_ids, attention_mask = V.check_inputs(model, input_ids, attention_mask)
-    kwargs = _generate_kwargs(dict(generate_kwargs), max_new_tokens, eos_token_id, pad_token_id, logits_processor)
-    kwargs["stopping_criteria"] = _with_stop_strings(stopping_criteria, kwargs, tokenizer)
+    kwargs = hf_kwargs(dict(generate_kwargs), max_new_tokens, eos_token_id, pad_token_id, logits_processor)
+    kwargs["stopping_criteria"] = with_stop_strings(stopping_criteria, kwargs, tokenizer)
     out = model.generate(input_ids, attention_mask=attention_mask, custom_generate=decode, lookahead=settings, **kwargs)
     if memory is not None:
         pad = pad_token_id if pad_token_id is not None else model.generation_config.pad_token_id
@@ -224,9 +221,12 @@ def _decode(target, rows: _Rows, run: _Run, max_new: int) -> list:
 def _tree_step(target, rows: _Rows, outs, run: _Run, max_new: int) -> _Rows:
     """Propose a tree per row, verify all of it in one forward, keep the longest path the target agrees with."""
     budget = [min(run.max_draft_nodes, max_new - len(outs[rid]) - 1) for rid in rows.ids]
-    empty = (np.empty(0, np.int64), np.empty(0, np.int64))
-    tokens, parents, sizes = T.pack_trees([ix.propose_tree(n) if n > 0 else empty
-                                           for ix, n in zip(rows.indexes, budget)])
+    trees = []
+    for ix, n in zip(rows.indexes, budget):
+        tokens, parents, probs = ix.propose_tree(max(n, 0), with_probs=True)
+        keep = T.best_size(probs, run.draft_cost)  # the tree size that pays for its verification
+        trees.append((tokens[:keep], parents[:keep]))
+    tokens, parents, sizes = T.pack_trees(trees)
     seen, depth = T.ancestry(parents)
     logits = target.verify_tree(rows.last, tokens, seen, depth, run.stats)  # [b, N+1, V]
     scores = _tree_scores(run.scorer, logits, rows, outs, tokens, seen)
@@ -421,50 +421,6 @@ def _indexes(settings: Settings, sources: list) -> list:
         index.extend(source)
         indexes.append(index)
     return indexes
-
-
-def _generate_kwargs(kwargs: dict, max_new_tokens, eos_token_id, pad_token_id, logits_processor) -> dict:
-    """model.generate's keyword arguments for lookahead's own ones (None: leave to the generation config)."""
-    if max_new_tokens is not None:
-        kwargs["max_new_tokens"] = max_new_tokens
-    elif "max_length" not in kwargs and kwargs.get("generation_config") is None:
-        kwargs["max_new_tokens"] = DEFAULT_MAX_NEW_TOKENS
-    if "do_sample" not in kwargs and kwargs.get("generation_config") is None:
-        kwargs["do_sample"] = False  # greedy unless asked, whatever the model's generation config prefers
-    if eos_token_id not in (None, []):
-        kwargs["eos_token_id"] = eos_token_id
-    if pad_token_id is not None:
-        kwargs["pad_token_id"] = pad_token_id
-    if logits_processor is not None and not isinstance(logits_processor, LogitsProcessorList):
-        logits_processor = LogitsProcessorList(logits_processor if isinstance(logits_processor, list)
-                                               else [logits_processor])
-    kwargs["logits_processor"] = logits_processor
-    return kwargs
-
-
-def _with_stop_strings(criteria, kwargs: dict, tokenizer) -> StoppingCriteriaList:
-    """Stopping criteria with `stop_strings` turned into a criterion (transformers does not hand its tokenizer to a
-    custom decoding loop, so it cannot build that criterion itself)."""
-    criteria = StoppingCriteriaList(criteria or [])
-    config = kwargs.get("generation_config")
-    stops = kwargs.pop("stop_strings", None) or getattr(config, "stop_strings", None)
-    if stops:
-        if tokenizer is None:
-            raise ValueError("stop_strings need tokenizer= to match strings against tokens")
-        criteria.append(StopStringCriteria(tokenizer, stops))
-        if getattr(config, "stop_strings", None):
-            kwargs["generation_config"] = GenerationConfig.from_dict({**config.to_dict(), "stop_strings": None})
-    return criteria
-
-
-def _eos_override(eos_token_id):
-    """() when eos_token_id is [] (no eos at all), else None (transformers resolves it); TypeError if malformed."""
-    if eos_token_id is None:
-        return None
-    ids = [eos_token_id] if isinstance(eos_token_id, int) and not isinstance(eos_token_id, bool) else eos_token_id
-    if not isinstance(ids, (list, tuple)) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
-        raise TypeError(f"eos_token_id must be an int or a list of ints, got {eos_token_id!r}")
-    return () if len(ids) == 0 else None
 
 
 def _assemble(input_ids: torch.Tensor, outs: list, pad: int) -> torch.Tensor:

@@ -59,9 +59,12 @@ def test_tree_drafts_on_the_pretrained_model_accept_more_per_forward(stories_mod
     prompt = torch.cat([story, story[:, 1:30]], dim=1)
     expected = stories_model.generate(prompt, do_sample=False, max_new_tokens=100)
     out, stats = generate(stories_model, prompt, lookup="suffix", draft="tree", max_new_tokens=100,
-                          return_stats=True)
+                          draft_cost=0.0, return_stats=True)
     assert torch.equal(out, expected)
-    assert stats.tokens_per_forward > 2.0
+    chain, chain_stats = generate(stories_model, prompt, lookup="suffix", max_new_tokens=100, draft_cost=0.0,
+                                  return_stats=True)
+    assert torch.equal(chain, expected)
+    assert stats.tokens_per_forward > max(2.0, chain_stats.tokens_per_forward)
 
 
 def test_tree_drafts_with_a_prefix_dependent_processor():
@@ -113,3 +116,11 @@ def test_tree_argument_errors(kwargs, message):
 def test_memory_argument_error():
     with pytest.raises(ValueError, match="max_tokens must be an int >= 1, got 0"):
         Memory(max_tokens=0)
+
+
+def test_tree_size_follows_the_cost_of_verification():
+    """Free verification takes every node worth anything; costly verification only the likely ones."""
+    probs = np.array([0.9, 0.8, 0.5, 0.1, 0.05])
+    assert T.best_size(probs, 0.0) == 5
+    assert T.best_size(probs, 0.2) == 3
+    assert T.best_size(probs, 2.0) == 0

@@ -386,12 +386,13 @@ def _heap_pop(heap, cprob, size):
 
 
 @njit(cache=True)
-def suffix_tree(hist, st, ed, table, meta, stats, max_nodes, cand, cprob, heap, out):
+def suffix_tree(hist, st, ed, table, meta, stats, max_nodes, cand, cprob, heap, out, probs):
     """Best-first draft tree: repeatedly add the most probable pending continuation. The heap holds only the best
     child not yet added of each node (siblings are sorted), so it stays O(max_nodes).
 
-    Writes node i as out[:, i] = (token, parent node or -1); returns the number of nodes. Parents precede
-    children, and following each node's first child gives the `suffix_chain` path.
+    Writes node i as out[:, i] = (token, parent node or -1) and its path probability as probs[i] (non-increasing);
+    returns the number of nodes. Parents precede children, and following each node's first child gives the
+    `suffix_chain` path.
     """
     if max_nodes <= 0 or not _root(st, meta, cand, cprob):
         return 0
@@ -400,6 +401,7 @@ def suffix_tree(hist, st, ed, table, meta, stats, max_nodes, cand, cprob, heap, 
     while nodes < max_nodes and size > 0:
         c, size = _heap_pop(heap, cprob, size)
         out[0, nodes], out[1, nodes] = cand[c, C_TOK], cand[c, C_PAR]
+        probs[nodes] = cprob[c]
         if cand[c, C_SIB] >= 0:
             size = _heap_push(heap, cprob, size, cand[c, C_SIB])
         start = end

@@ -126,12 +126,14 @@ class SuffixIndex:
                            self._cand, self._cprob, self._chain)
         return self._chain[:m].copy()
 
-    def propose_tree(self, max_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    def propose_tree(self, max_nodes: int, with_probs: bool = False) -> tuple:
         """A draft tree of at most ``max_nodes`` nodes, most probable first.
 
         Returns:
             ``(tokens, parents)``, int64 arrays of equal length: ``parents[i]`` is the index of node i's parent,
-            or -1 for a child of the last held token; parents come before their children.
+            or -1 for a child of the last held token; parents come before their children. With ``with_probs``
+            also each node's estimated probability of being accepted (float64, non-increasing), so that the first
+            n nodes are the best tree of n nodes and their sum is its expected number of accepted tokens.
         Raises:
             ValueError: ``max_nodes`` is negative.
 
@@ -142,9 +144,9 @@ class SuffixIndex:
             _check_budget("max_nodes", max_nodes)
             self._buffers(max_nodes)
         m = K.suffix_tree(self._hist, self._st, self._ed, self._table, self._meta, self._stats, max_nodes,
-                          self._cand, self._cprob, self._heap, self._tree)
+                          self._cand, self._cprob, self._heap, self._tree, self._tree_probs)
         tree = self._tree[:, :m].copy()
-        return tree[0], tree[1]
+        return (tree[0], tree[1], self._tree_probs[:m].copy()) if with_probs else (tree[0], tree[1])
 
     def _allocate(self, capacity: int) -> None:
         self._hist, self._room = np.empty(capacity, dtype=np.int32), capacity
@@ -178,6 +180,7 @@ class SuffixIndex:
             self._heap = np.empty(rows, dtype=np.int32)
             self._chain = np.empty(max(budget, 32), dtype=np.int64)
             self._tree = np.empty((2, max(budget, 32)), dtype=np.int64)
+            self._tree_probs = np.empty(max(budget, 32), dtype=np.float64)
 
 
 def _check_budget(name: str, value) -> None:

@@ -81,3 +81,10 @@ def path_slots(paths: list) -> np.ndarray:
     for i, p in enumerate(paths):
         slots[i, 1: 1 + len(p)] = np.asarray(p, dtype=np.int64) + 1
     return slots
+
+
+def best_size(probs: np.ndarray, cost: float) -> int:
+    """How many of the best-first nodes to verify: the n maximizing expected tokens per unit of forward cost,
+    (1 + p_1 + ... + p_n) / (1 + cost * n), with p_i the nodes' acceptance probabilities (non-increasing)."""
+    gain = 1.0 + np.concatenate([[0.0], np.cumsum(probs)])
+    return int(np.argmax(gain / (1.0 + cost * np.arange(len(gain)))))

@@ -15,16 +15,16 @@ import sys
 from transformers import GenerationMixin
 
 from .generate import decode
-from .settings import make_settings, refuse_assistant
+from .settings import check_tree, make_settings, refuse_assistant
 
 
 def custom_generate(model, input_ids, logits_processor, stopping_criteria, generation_config, *, lookup="ngram",
-                    max_ngram=4, min_ngram=1, num_draft_tokens=10, draft_cost=None, documents=None, tokenizer=None,
-                    generator=None, inputs_tensor=None, **model_kwargs):
+                    max_ngram=4, min_ngram=1, num_draft_tokens=10, draft_cost=None, draft="chain", max_draft_nodes=32,
+                    documents=None, tokenizer=None, generator=None, inputs_tensor=None, **model_kwargs):
     """The lookahead decoding loop in the form `model.generate(custom_generate=...)` calls.
 
-    Lookahead's own arguments (`lookup`, `max_ngram`, `min_ngram`, `num_draft_tokens`, `draft_cost`, `documents`,
-    `generator`) are passed to `model.generate` next to the usual ones; see `lookahead.generate`. transformers does not
+    Lookahead's own arguments (`lookup`, `max_ngram`, `min_ngram`, `num_draft_tokens`, `draft_cost`, `draft`,
+    `max_draft_nodes`, `documents`, `generator`) are passed to `model.generate` next to the usual ones; see `lookahead.generate`. transformers does not
     hand `tokenizer=` to a custom loop: for string documents bind it with `lookahead.plugin(tokenizer=tok)`.
     With return_dict_in_generate=True the output has `lookahead_stats`.
 
@@ -39,8 +39,9 @@ def custom_generate(model, input_ids, logits_processor, stopping_criteria, gener
     """
     streamer, assistant_model = _dropped_by_transformers()
     refuse_assistant(assistant_model)
+    tree = check_tree(draft, max_draft_nodes, lookup, {"do_sample": generation_config.do_sample}, model)
     settings = make_settings(lookup, max_ngram, min_ngram, num_draft_tokens, draft_cost, documents, tokenizer,
-                             generator, streamer)
+                             generator, streamer, **tree)
     return decode(model, input_ids, logits_processor, stopping_criteria, generation_config, lookahead=settings,
                   inputs_tensor=inputs_tensor, **model_kwargs)
 

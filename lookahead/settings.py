@@ -5,8 +5,12 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import torch
+from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
+from transformers.generation.stopping_criteria import StopStringCriteria
 
 from . import _validate as V
+
+DEFAULT_MAX_NEW_TOKENS = 128
 
 
 @dataclass
@@ -120,6 +124,50 @@ def _as_ids(doc, tokenizer) -> np.ndarray:
     if arr.ndim != 1 or (arr.size and (arr.dtype.kind not in "iu" or arr.min() < 0)):
         raise TypeError(f"each document must be a string or a 1-D sequence of token ids >= 0, got {str(doc)[:60]}")
     return arr.astype(np.int64)
+
+
+def hf_kwargs(kwargs: dict, max_new_tokens, eos_token_id, pad_token_id, logits_processor) -> dict:
+    """model.generate's keyword arguments for lookahead's own ones (None: leave to the generation config)."""
+    if max_new_tokens is not None:
+        kwargs["max_new_tokens"] = max_new_tokens
+    elif "max_length" not in kwargs and kwargs.get("generation_config") is None:
+        kwargs["max_new_tokens"] = DEFAULT_MAX_NEW_TOKENS
+    if "do_sample" not in kwargs and kwargs.get("generation_config") is None:
+        kwargs["do_sample"] = False  # greedy unless asked, whatever the model's generation config prefers
+    if eos_token_id not in (None, []):
+        kwargs["eos_token_id"] = eos_token_id
+    if pad_token_id is not None:
+        kwargs["pad_token_id"] = pad_token_id
+    if logits_processor is not None and not isinstance(logits_processor, LogitsProcessorList):
+        logits_processor = LogitsProcessorList(logits_processor if isinstance(logits_processor, list)
+                                               else [logits_processor])
+    kwargs["logits_processor"] = logits_processor
+    return kwargs
+
+
+def with_stop_strings(criteria, kwargs: dict, tokenizer) -> StoppingCriteriaList:
+    """Stopping criteria with `stop_strings` turned into a criterion (transformers does not hand its tokenizer to a
+    custom decoding loop, so it cannot build that criterion itself)."""
+    criteria = StoppingCriteriaList(criteria or [])
+    config = kwargs.get("generation_config")
+    stops = kwargs.pop("stop_strings", None) or getattr(config, "stop_strings", None)
+    if stops:
+        if tokenizer is None:
+            raise ValueError("stop_strings need tokenizer= to match strings against tokens")
+        criteria.append(StopStringCriteria(tokenizer, stops))
+        if getattr(config, "stop_strings", None):
+            kwargs["generation_config"] = GenerationConfig.from_dict({**config.to_dict(), "stop_strings": None})
+    return criteria
+
+
+def eos_override(eos_token_id):
+    """() when eos_token_id is [] (no eos at all), else None (transformers resolves it); TypeError if malformed."""
+    if eos_token_id is None:
+        return None
+    ids = [eos_token_id] if isinstance(eos_token_id, int) and not isinstance(eos_token_id, bool) else eos_token_id
+    if not isinstance(ids, (list, tuple)) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+        raise TypeError(f"eos_token_id must be an int or a list of ints, got {eos_token_id!r}")
+    return () if len(ids) == 0 else None
 
 
 # generation_config fields that ask for a decoding lookahead does not do, with the value that means "off".

@@ -133,6 +133,15 @@ def test_generation_config_is_honoured(model):
                        model.generate(ids, generation_config=config, max_new_tokens=12))
 
 
+def test_greedy_by_default_even_when_the_model_config_samples():
+    """lookahead.generate is greedy unless do_sample=True is passed, as documented."""
+    model = tiny_model("llama")
+    model.generation_config.do_sample, model.generation_config.temperature = True, 0.5
+    ids = repeated_prompt(2, 30)[None]
+    assert torch.equal(generate(model, ids, max_new_tokens=20), model.generate(ids, do_sample=False,
+                                                                               max_new_tokens=20))
+
+
 class Chunks(T.generation.BaseStreamer):
     def __init__(self):
         self.chunks, self.ended = [], False
@@ -182,6 +191,7 @@ def test_text_iterator_streamer(model, tokenizer):
     (dict(documents=["some text"]), "documents given as strings need tokenizer="),
     (dict(documents=[[1.5, 2.0]]), "each document must be a string or a 1-D sequence of token ids"),
     (dict(generator="seed"), "generator must be an int, got str"),
+    (dict(num_return_sequences=2), "num_return_sequences"),
 ])
 def test_unsupported_arguments_are_refused(model, kwargs, message):
     """Arguments whose meaning lookahead cannot keep raise an error naming them."""

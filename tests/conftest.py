@@ -3,7 +3,11 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 from hypothesis import HealthCheck, settings
+
+# Tiny models: threading costs more than it brings, and a loaded CI machine makes spinning threads very slow.
+torch.set_num_threads(1)
 
 settings.register_profile("ci", max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("dev", max_examples=60, deadline=None)

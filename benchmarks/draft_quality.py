@@ -1,7 +1,8 @@
-"""Draft quality on real traces: target forwards saved by each drafter, model-free (see replay.py).
+"""Draft quality on real traces: target forwards saved by each drafter, model-free (see lookahead/bench/replay.py).
 
-Prints markdown tables of tokens per target forward (output tokens / forwards) and acceptance rate
-(accepted / drafted) for lookahead's indexes and the peers in peers.py, on the datasets of traces.py.
+Prints markdown tables of tokens per target forward (output tokens / forwards), acceptance rate (accepted /
+drafted) and the predicted speedup for a forward-cost ratio, for lookahead's modes, HF prompt lookup and the peers
+in peers.py, on the datasets of traces.py.
 
     python benchmarks/draft_quality.py                      # all datasets, budget 10
     python benchmarks/draft_quality.py --budget 32 --limit 50 --datasets code-edit rag --plot dq.png
@@ -14,24 +15,16 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from peers import HindsightOracle, PromptLookup, SuffixDecoding, VllmNgram, suffix_decoding_available
-from replay import ReplayStats, replay_dataset
-from traces import DATASETS, DEFAULT_CACHE_DIR, DEFAULT_DATA_DIR, REPO_ROOT, load_traces
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from peers import HindsightOracle, SuffixDecoding, VllmNgram, suffix_decoding_available  # noqa: E402
+from traces import DATASETS, DEFAULT_CACHE_DIR, DEFAULT_DATA_DIR, load_traces  # noqa: E402
+
+from lookahead.bench import plot as bench_plot  # noqa: E402
+from lookahead.bench.quality import replay_methods  # noqa: E402
+from lookahead.bench.replay import ReplayStats, predicted_speedup, replay_dataset  # noqa: E402
 
 # (key, row name, factory, tree): factory() returns make_proposer(trace), fresh per dataset
 Method = tuple[str, str, Callable[[], Callable], bool]
-
-
-def lookahead_index_module():
-    """``lookahead.index`` from this checkout, or ``None`` (with a message) while it is missing or broken."""
-    if str(REPO_ROOT) not in sys.path:
-        sys.path.insert(0, str(REPO_ROOT))
-    try:
-        from lookahead import index
-    except Exception as error:  # noqa: BLE001 - a half-written package can fail in any way
-        print(f"note: lookahead.index is not importable ({error!r}); skipping lookahead rows", file=sys.stderr)
-        return None
-    return index
 
 
 def _shared_suffix_factory(max_tree_depth: int = 64) -> Callable:
@@ -52,20 +45,10 @@ def _shared_suffix_factory(max_tree_depth: int = 64) -> Callable:
 
 def build_methods(selected: set[str], budget: int, tree_budget: int, hf_exact: bool = False) -> list[Method]:
     """Every available method whose key is in ``selected``, in table order (HF's num_output_tokens = budget)."""
-    methods = []
-    index = lookahead_index_module() if selected & {"ngram", "suffix-index", "suffix-index-tree"} else None
-    if index is not None and hasattr(index, "NgramIndex"):
-        methods.append(("ngram", "lookahead NgramIndex(4)",
-                        lambda: lambda trace: index.NgramIndex(max_ngram=4, min_ngram=1), False))
-    if index is not None and hasattr(index, "SuffixIndex"):
-        methods.append(("suffix-index", "lookahead SuffixIndex", lambda: lambda trace: index.SuffixIndex(), False))
-        methods.append(("suffix-index-tree", f"lookahead SuffixIndex tree ({tree_budget} nodes)",
-                        lambda: lambda trace: index.SuffixIndex(), True))
-    methods += [
-        ("hf2", "HF prompt lookup (ngram 2)", lambda: lambda trace: PromptLookup(2, budget, hf_exact), False),
-        ("hf4", "HF prompt lookup (ngram 4)", lambda: lambda trace: PromptLookup(4, budget, hf_exact), False),
-        ("vllm", "vLLM n-gram (1..4)", lambda: lambda trace: VllmNgram(1, 4), False),
-    ]
+    keys = {"ngram": "ngram", "suffix": "suffix-index", "suffix-tree": "suffix-index-tree", "hf": "hf2", "hf4": "hf4"}
+    methods = [(keys[m.key], m.label, lambda m=m: m.make, m.tree)
+               for m in replay_methods(budget, tree_budget, hf_exact)]  # lookahead's modes and HF, as in `bench`
+    methods.append(("vllm", "vLLM n-gram (1..4)", lambda: lambda trace: VllmNgram(1, 4), False))
     if suffix_decoding_available():
         methods += [
             ("suffix", "SuffixDecoding (per request)", lambda: lambda trace: SuffixDecoding(), False),
@@ -101,23 +84,12 @@ def markdown_table(results: dict, rows: list[str], datasets: list[str], cell: Ca
 
 
 def plot(results: dict, rows: list[str], datasets: list[str], path: str) -> None:
+    values = {key: stats.tokens_per_forward for key, (stats, _) in results.items()}
     try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("note: matplotlib is not installed; no plot written", file=sys.stderr)
+        bench_plot.tokens_per_forward(values, rows, datasets, path, "tokens per target forward (model-free replay)")
+    except ValueError as error:
+        print(f"note: {error}; no plot written", file=sys.stderr)
         return
-    fig, ax = plt.subplots(figsize=(1.5 + 2.2 * len(datasets), 4))
-    width = 0.8 / len(rows)
-    for i, row in enumerate(rows):
-        values = [results[row, d][0].tokens_per_forward for d in datasets]
-        ax.bar([j + i * width for j in range(len(datasets))], values, width, label=row)
-    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(datasets))], datasets)
-    ax.set_ylabel("tokens per target forward")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
     print(f"plot written to {path}")
 
 
@@ -138,6 +110,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--hf-exact", action="store_true",
                         help="call transformers' get_candidates (slow on long contexts), not its rule in numba")
     parser.add_argument("--no-cache", action="store_true", help="do not read or write benchmarks/.cache")
+    parser.add_argument("--cost-ratio", type=float, nargs="+", default=[1.1],
+                        help="predicted speedup for each cost of an 11-token forward relative to a 1-token one "
+                             "(default 1.1, a GPU at batch 1)")
     parser.add_argument("--plot", default=None, help="write a bar chart (needs matplotlib)")
     parser.add_argument("--no-progress", action="store_true")
     return parser.parse_args(argv)
@@ -177,6 +152,10 @@ def main(argv=None) -> None:
     print(markdown_table(results, rows, datasets, lambda s: f"{s.tokens_per_forward:.2f}"))
     print("\nAcceptance rate (accepted / drafted), drafted tokens per step in brackets\n")
     print(markdown_table(results, rows, datasets, lambda s: f"{s.acceptance_rate:.2f} ({s.drafted_per_step:.1f})"))
+    for ratio in args.cost_ratio:
+        print(f"\nPredicted speedup over one-token decoding, an 11-token forward costing {ratio:g}x a 1-token one "
+              "(lookahead.bench.replay.predicted_speedup)\n")
+        print(markdown_table(results, rows, datasets, lambda s, r=ratio: f"{predicted_speedup(s, r):.2f}x"))
     seconds = {row: sum(results[row, d][1] for d in datasets) for row in rows}
     print("\nReplay time: " + ", ".join(f"{row} {s:.1f}s" for row, s in seconds.items()))
     if args.plot:

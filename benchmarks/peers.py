@@ -1,10 +1,10 @@
-"""Peer drafters wrapped as proposers (``extend(tokens)``, ``propose(max_tokens)``) for ``replay.py``.
+"""Peer drafters beyond Hugging Face's, wrapped as proposers (``extend(tokens)``, ``propose(max_tokens)``) for the
+replay in ``lookahead.bench.replay``. HF prompt lookup itself lives in ``lookahead.bench.peers``.
 
-- ``PromptLookup``: Hugging Face ``PromptLookupCandidateGenerator.get_candidates`` (the installed transformers),
-  called on a ``[1, L]`` LongTensor of the whole context every step.
 - ``VllmNgram``: vLLM v1 ``ngram_proposer`` rule (vllm/v1/spec_decode/ngram_proposer.py): the longest n-gram
   suffix (``min_n..max_n``) that occurs earlier, its earliest occurrence, the tokens after it (never past the
-  end of the context); a full O(L) rescan of the context every step, as vLLM does.
+  end of the context); a full O(L) rescan of the context every step, as vLLM does. HF's rule is the same with
+  ``min_n=1``, so both use ``prompt_lookup_kernel``.
 - ``SuffixDecoding``: Snowflake ArcticInference ``SuffixDecodingCache`` (optional; see benchmarks/README.md),
   default settings (max_tree_depth 64, max_spec_factor 1, min_token_prob 0.1), per request (no global cache
   of other requests' outputs) unless a shared cache is passed in. Chain or tree drafts.
@@ -14,103 +14,20 @@
 from __future__ import annotations
 
 import itertools
+import sys
+from pathlib import Path
 
 import numpy as np
 from numba import njit
 
-
-class ContextBuffer:
-    """Growable contiguous token buffer (amortized O(1) append); ``view()`` is the context so far."""
-
-    def __init__(self, dtype=np.int32, capacity: int = 1024):
-        self._data = np.empty(capacity, dtype=dtype)
-        self._size = 0
-
-    def extend(self, tokens) -> None:
-        tokens = np.asarray(tokens).reshape(-1)
-        need = self._size + len(tokens)
-        if need > len(self._data):
-            grown = np.empty(max(need, 2 * len(self._data)), dtype=self._data.dtype)
-            grown[:self._size] = self._data[:self._size]
-            self._data = grown
-        self._data[self._size:need] = tokens
-        self._size = need
-
-    def view(self) -> np.ndarray:
-        return self._data[:self._size]
-
-    def __len__(self) -> int:
-        return self._size
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Hugging Face prompt lookup
-# ---------------------------------------------------------------------------------------------------------------
-
-class PromptLookup:
-    """HF ``PromptLookupCandidateGenerator`` with ``max_matching_ngram_size`` and ``num_output_tokens``.
-
-    ``exact=True`` calls transformers' ``get_candidates`` on the whole context every step (about 15 ms a step at
-    25k tokens on this CPU). ``exact=False`` computes the same rule with ``vllm_ngram_kernel(context, 1, n)``:
-    HF also takes the longest suffix n-gram (n <= max_matching_ngram_size) and its earliest occurrence with at
-    least one token after it; both modes give identical drafts (checked by ``draft_quality.py --hf-exact``).
-    """
-
-    def __init__(self, max_matching_ngram_size: int = 2, num_output_tokens: int = 10, exact: bool = True):
-        self._size, self._num_output_tokens, self._exact = max_matching_ngram_size, num_output_tokens, exact
-        self._generator = None
-        if exact:
-            from transformers.generation.candidate_generator import PromptLookupCandidateGenerator
-
-            # max_length only stops drafting at the generation limit; the replay enforces its own limit.
-            self._generator = PromptLookupCandidateGenerator(
-                num_output_tokens=num_output_tokens, max_matching_ngram_size=max_matching_ngram_size,
-                max_length=2**62)
-        self._context = ContextBuffer(np.int64)
-        self._out = np.empty(num_output_tokens, dtype=np.int64)
-
-    def extend(self, tokens) -> None:
-        self._context.extend(tokens)
-
-    def propose(self, max_tokens: int) -> np.ndarray:
-        n = len(self._context)
-        if not self._exact:
-            count = vllm_ngram_kernel(self._context.view(), 1, self._size, self._num_output_tokens, self._out)
-            return self._out[:min(count, max_tokens)].copy()
-        import torch
-
-        input_ids = torch.from_numpy(self._context.view()).view(1, n)
-        candidates, _ = self._generator.get_candidates(input_ids)
-        return candidates[0, n:n + max_tokens].numpy()
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from lookahead.bench.peers import ContextBuffer  # noqa: E402
+from lookahead.bench.peers import prompt_lookup_kernel as vllm_ngram_kernel  # noqa: E402
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # vLLM n-gram rule
 # ---------------------------------------------------------------------------------------------------------------
-
-@njit(cache=True)
-def vllm_ngram_kernel(context, min_n, max_n, max_tokens, out):
-    """vLLM's rule: longest suffix n-gram (capped at ``max_n``) seen before, earliest occurrence; writes the
-    tokens after it into ``out`` and returns their count (0 if the longest match is shorter than ``min_n``).
-
-    Like vLLM's KMP pass it always scans the whole context (no early exit), so its cost is vLLM's: O(L) a step.
-    """
-    total = context.shape[0]
-    best_len, best_end = 0, -1
-    # An occurrence ending at `end` (inclusive) must leave at least one token after it.
-    for end in range(total - 1):
-        length = 0
-        while length < max_n and length <= end and context[end - length] == context[total - 1 - length]:
-            length += 1
-        if length > best_len:  # strict: keeps the earliest occurrence among the longest
-            best_len, best_end = length, end
-    if best_len < min_n or best_len == 0:
-        return 0
-    count = min(max_tokens, total - 1 - best_end)
-    for i in range(count):
-        out[i] = context[best_end + 1 + i]
-    return count
-
 
 class VllmNgram:
     """vLLM v1 n-gram proposer rule, full rescan every step (``prompt_lookup_min``/``max`` = min_n/max_n)."""

@@ -21,7 +21,7 @@ Datasets (files under ``../shared/data``, see its README; nothing is copied into
 Pieces of text are tokenized separately and their ids concatenated (a chat template does the same at message
 boundaries). Token ids of each distinct piece are cached as pickles under ``benchmarks/.cache/`` (gitignored).
 
-Example::
+Example (``python benchmarks/traces.py --export DIR`` writes the traces as JSONL for ``lookahead bench``)::
 
     traces = load_traces("code-edit", limit=20)
     prompt_ids, output_ids = traces[0]
@@ -236,3 +236,31 @@ def load_traces(name: str, data_dir: Path | str = DEFAULT_DATA_DIR, limit: int |
             pickle.dump(tokenized, f, protocol=pickle.HIGHEST_PROTOCOL)
         tmp.replace(path)
     return assemble(tokenized)
+
+
+def export_jsonl(traces: list[Trace], path: Path) -> None:
+    """Write traces as ``{"prompt_ids": [...], "output_ids": [...]}`` lines, the format ``lookahead bench`` reads."""
+    with open(path, "w", encoding="utf-8") as f:
+        for prompt, output in traces:
+            f.write(json.dumps({"prompt_ids": prompt.tolist(), "output_ids": output.tolist()}) + "\n")
+
+
+def main(argv=None) -> None:
+    """``python benchmarks/traces.py --export DIR``: one JSONL file of token ids per dataset, for ``lookahead bench``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--export", type=Path, required=True, help="folder to write <dataset>.jsonl into")
+    parser.add_argument("--datasets", nargs="+", choices=list(DATASETS), default=list(DATASETS))
+    parser.add_argument("--limit", type=int, default=None, help="rows per dataset (trajectories for agent)")
+    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
+    args = parser.parse_args(argv)
+    args.export.mkdir(parents=True, exist_ok=True)
+    for name in args.datasets:
+        traces = load_traces(name, args.data_dir, args.limit)
+        export_jsonl(traces, args.export / f"{name}.jsonl")
+        print(f"{args.export / f'{name}.jsonl'}: {len(traces)} traces")
+
+
+if __name__ == "__main__":
+    main()

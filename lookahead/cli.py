@@ -13,6 +13,7 @@ def _demo(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .bench import cli as bench
     from .demo import DEFAULT_MODEL
 
     parser = argparse.ArgumentParser(prog="lookahead", description="Lossless n-gram speculative decoding.")
@@ -23,6 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--max-ngram", type=int, default=4)
     demo.add_argument("--device", default="cuda" if _cuda() else "cpu")
     demo.set_defaults(func=_demo)
+    bench.add_parser(sub)
     return parser
 
 

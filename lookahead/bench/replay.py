@@ -1,4 +1,4 @@
-"""Model-free greedy-verification replay of a recorded output against a drafter.
+"""Model-free greedy-verification replay of a recorded output against a drafter, and the speedup it predicts.
 
 Greedy speculative decoding accepts the longest prefix of the draft that equals what the target would have
 written, then the target's own next token comes free from the same forward. Replaying a recorded output
@@ -16,7 +16,7 @@ child of the last context token, otherwise the index of the parent node (parents
 Example::
 
     stats = replay_dataset(lambda trace: NgramIndex(max_ngram=4), traces, budget=10)
-    print(stats.tokens_per_forward, stats.acceptance_rate)
+    print(stats.tokens_per_forward, stats.acceptance_rate, predicted_speedup(stats, cost_ratio=1.1))
 """
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ from typing import Callable, Iterable, Protocol
 
 import numpy as np
 
-Trace = tuple[np.ndarray, np.ndarray]
+Trace = tuple[np.ndarray, np.ndarray]  # (prompt_ids, output_ids)
+DEFAULT_COST_TOKENS = 11  # a forward over the last token and 10 drafts
 
 
 class Proposer(Protocol):
@@ -59,6 +60,47 @@ class ReplayStats:
         return self.drafted / self.steps if self.steps else float("nan")
 
 
+def forward_cost(tokens, cost_ratio: float, cost_tokens: int = DEFAULT_COST_TOKENS):
+    """Cost of a forward over ``tokens`` tokens, relative to a one-token forward.
+
+    Linear through (1, 1) and (``cost_tokens``, ``cost_ratio``), extrapolated beyond: the extra cost of each verified
+    token is ``(cost_ratio - 1) / (cost_tokens - 1)`` (the model of ``lookahead.policy.DraftLength``). Memory-bound
+    decoding (a GPU at small batch) has ratios near 1; compute-bound decoding (CPU, large batch) larger ones.
+
+    >>> forward_cost(6, cost_ratio=2.0, cost_tokens=11)
+    1.5
+    """
+    if cost_tokens < 2:
+        raise ValueError(f"cost_tokens must be >= 2, got {cost_tokens}")
+    if cost_ratio <= 0:
+        raise ValueError(f"cost_ratio must be > 0, got {cost_ratio}")
+    cost = 1.0 + (cost_ratio - 1.0) * (np.asarray(tokens, dtype=float) - 1) / (cost_tokens - 1)
+    return cost if np.ndim(cost) else float(cost)
+
+
+def predicted_speedup(stats: ReplayStats, cost_ratio: float, cost_tokens: int = DEFAULT_COST_TOKENS) -> float:
+    """Speedup over one-token decoding: output tokens over the summed cost of the replay's forwards.
+
+    Each step verifies 1 + d tokens (d drafted, tree nodes included) at ``forward_cost(1 + d)``; since the cost
+    is linear in d, the total needs only the step and draft counts. The drafter's own time is left out (a few
+    microseconds a step, see ``lookahead bench index``).
+
+    Args:
+        stats: a replay's totals.
+        cost_ratio: cost of a ``cost_tokens``-token forward relative to a one-token forward.
+        cost_tokens: the forward size ``cost_ratio`` was measured at (default 11: the last token and 10 drafts).
+    Returns:
+        tokens / total cost; nan for an empty replay.
+
+    >>> round(predicted_speedup(ReplayStats(tokens=30, steps=10, drafted=200, accepted=20), cost_ratio=1.1), 3)
+    2.5
+    """
+    if not stats.steps:
+        return float("nan")
+    slope = forward_cost(2, cost_ratio, cost_tokens) - 1.0
+    return stats.tokens / (stats.steps + slope * stats.drafted)
+
+
 def common_prefix_length(draft: np.ndarray, target: np.ndarray) -> int:
     """Number of leading positions where ``draft`` equals ``target`` (greedy acceptance of a chain)."""
     n = min(len(draft), len(target))
@@ -81,9 +123,10 @@ def accepted_path_length(tokens: np.ndarray, parents: np.ndarray, target: np.nda
     >>> accepted_path_length(np.array([5, 6, 7]), np.array([-1, -1, 1]), np.array([6, 7, 9]))
     2
     """
+    tokens, parents = np.asarray(tokens), np.asarray(parents)
     node, depth = -1, 0
     while depth < len(target):
-        children = np.flatnonzero((np.asarray(parents) == node) & (np.asarray(tokens) == target[depth]))
+        children = np.flatnonzero((parents == node) & (tokens == target[depth]))
         if len(children) == 0:
             break
         node, depth = int(children[0]), depth + 1
@@ -101,6 +144,8 @@ def replay_trace(proposer: Proposer, prompt: np.ndarray, output: np.ndarray, bud
         tree: call ``propose_tree(budget)`` and accept the longest matching root path.
     Returns:
         ReplayStats for this trace.
+    Raises:
+        ValueError: budget < 1.
     """
     if budget < 1:
         raise ValueError(f"budget must be >= 1, got {budget}")
@@ -127,7 +172,7 @@ def replay_dataset(make_proposer: Callable[[Trace], Proposer], traces: Iterable[
                    tree: bool = False, progress: Callable[[Iterable], Iterable] | None = None) -> ReplayStats:
     """Replay every trace with a fresh proposer from ``make_proposer(trace)`` and sum the stats.
 
-    ``make_proposer`` receives the whole trace only so that the hindsight oracle can read the answer; real
+    ``make_proposer`` receives the whole trace only so that a hindsight oracle can read the answer; real
     drafters ignore it. ``progress`` wraps the iterable (e.g. ``tqdm``).
     """
     stats = ReplayStats()

@@ -1,8 +1,9 @@
 """Measure what verifying more tokens costs on the machine at hand, to size drafts by tokens per second.
 
 On a GPU at batch 1 a forward over 32 tokens costs about what a forward over 1 costs; on a CPU, or at large batch,
-every verified token adds compute. `measure_draft_cost` times forwards over a filled KV cache and fits
-t(n) = t(1) * (1 + cost * (n - 1)); pass the result as `generate(..., draft_cost=...)`.
+every verified token adds compute, and on a CPU any multi-token forward costs well over a one-token one (a
+matrix-vector product). `measure_draft_cost` times forwards over a filled KV cache and fits that;
+pass the result as `generate(..., draft_cost=...)`.
 """
 from __future__ import annotations
 
@@ -36,16 +37,19 @@ def forward_times(model, sizes=(1, 4, 8, 16, 32), context: int = 512, batch: int
     return times
 
 
-def measure_draft_cost(model, context: int = 512, batch: int = 1, max_tokens: int = 32) -> float:
-    """Extra cost of one more verified token as a fraction of a one-token forward (>= 0), fitted by least squares.
+def measure_draft_cost(model, context: int = 512, batch: int = 1, max_tokens: int = 32) -> tuple:
+    """(overhead, per_token) of verification on this machine, as fractions of a one-token forward.
+
+    Fits t(n) = t(1) * (1 + overhead + per_token * n) for n = 1 + k verified tokens, k >= 1 drafts, by least
+    squares; both are clipped at 0.
 
     Example:
-        >>> cost = measure_draft_cost(model)        # e.g. ~0.01 on a GPU, ~0.05-0.2 on a CPU
+        >>> cost = measure_draft_cost(model)        # e.g. ~(0, 0.01) on a GPU, ~(0.8, 0.05) on a CPU
         >>> generate(model, ids, lookup="suffix", draft="tree", draft_cost=cost)
     """
     sizes = sorted({1, 2, 4, 8, 16, max_tokens})
     times = forward_times(model, sizes, context, batch)
-    n = np.array(sizes, dtype=float) - 1.0
-    t = np.array([times[s] for s in sizes])
-    slope, intercept = np.polyfit(n, t, 1)
-    return max(float(slope / max(intercept, 1e-9)), 0.0)
+    k = np.array(sizes[1:], dtype=float) - 1.0
+    ratio = np.array([times[s] for s in sizes[1:]]) / times[1]
+    per_token, intercept = np.polyfit(k, ratio, 1)
+    return max(float(intercept) - 1.0, 0.0), max(float(per_token), 0.0)

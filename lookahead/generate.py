@@ -19,7 +19,7 @@ import torch
 from . import _validate as V
 from .index import NgramIndex, SuffixIndex
 from .outputs import Recorder
-from .policy import DraftLength
+from .policy import DraftLength, as_cost
 from .processing import Scorer, Stopper, Streamer, max_new_tokens as _max_new
 from .seq2seq import Seq2SeqLM
 from .settings import (GenerationStats, Settings, check_supported, check_tree, eos_override, hf_kwargs,
@@ -50,7 +50,7 @@ class _Run:
     recorder: Recorder | None
     stats: GenerationStats
     num_draft_tokens: int
-    draft_cost: float
+    draft_cost: tuple  # (overhead, per_token), see lookahead.policy
     max_draft_nodes: int = 0  # > 0: tree drafts of at most this many nodes
 
 
@@ -92,9 +92,11 @@ def generate(
             longest match of any length, adaptive drafts) or "none" (plain decoding).
         max_ngram, min_ngram: longest and shortest suffix the index matches.
         num_draft_tokens: most draft tokens verified per row and step (0 disables drafting).
-        draft_cost: cost of verifying one more token, as a fraction of a one-token forward; drafts are only as long
-            as the acceptance seen so far pays for (`lookahead.policy.DraftLength`). Default: 0.1 on CPU, 0.02 on
-            an accelerator. 0 always drafts `num_draft_tokens` when there is a match.
+        draft_cost: what verification costs, as a fraction of a one-token forward: the cost of one more verified
+            token, or a pair (overhead of any multi-token forward, cost per token); drafts and trees are only as
+            large as the acceptance seen so far pays for (`lookahead.policy`). Default: (0.8, 0.05) on CPU,
+            (0, 0.02) on an accelerator; `lookahead.calibrate.measure_draft_cost(model)` measures it. 0 always
+            drafts `num_draft_tokens` when there is a match.
         draft: "chain" (one continuation) or "tree" (several continuations verified together in one forward with a
             tree attention mask; needs lookup="suffix", greedy decoding and a decoder-only model).
         max_draft_nodes: most tree nodes verified per row and step (draft="tree").
@@ -378,7 +380,7 @@ def _make_run(model, batch: int, processors, criteria, config, settings: Setting
     recorder = None
     if config.return_dict_in_generate:
         recorder = Recorder(batch, bool(config.output_scores), bool(config.output_logits))
-    cost = settings.draft_cost if settings.draft_cost is not None else _default_cost(model)
+    cost = as_cost(settings.draft_cost) if settings.draft_cost is not None else _default_cost(model)
     if settings.draft == "tree" and config.do_sample:
         raise ValueError("draft='tree' verifies greedily; do_sample=True (set here by the generation config) needs "
                          "draft='chain'")
@@ -435,8 +437,10 @@ def _ids(tensor) -> tuple:
     return () if tensor is None else tuple(int(t) for t in tensor.reshape(-1).tolist())
 
 
-def _default_cost(model) -> float:
-    return 0.1 if model.device.type == "cpu" else 0.02
+def _default_cost(model) -> tuple:
+    """(overhead, per_token) of verification as measured on a CPU (a one-token forward is a cheap matrix-vector
+    product there: any multi-token forward costs ~1.8x it) and on a GPU at small batch (nearly free)."""
+    return (0.8, 0.05) if model.device.type == "cpu" else (0.0, 0.02)
 
 
 def _accepts(model, name: str) -> bool:

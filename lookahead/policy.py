@@ -1,6 +1,8 @@
 """How many draft tokens to verify: as many as pay for themselves, judged by the acceptance seen so far.
 
-Verifying k drafts costs about (1 + cost * k) single-token forwards; if each draft token is accepted with probability
+Verifying k drafts costs about (1 + overhead + per_token * k) single-token forwards (overhead: what any multi-token
+forward costs beyond a one-token one, large on a CPU where one token is a cheap matrix-vector product, about 0 on a
+GPU at small batch); if each draft token is accepted with probability
 q (given the previous one was), a step yields 1 + q + ... + q^k tokens in expectation. The policy picks the k that
 maximizes tokens per unit of cost, with q estimated online for each match length (a long match is a better bet than
 a one-token one): weak evidence gets short drafts or none, strong evidence long ones.
@@ -12,13 +14,27 @@ import numpy as np
 _BUCKETS = np.array([0, 1, 2, 3, 4, 6, 8, 12, 16, 32])  # lower edges of match-length buckets
 
 
+def as_cost(cost) -> tuple:
+    """(overhead, per_token) from a number (per_token, no overhead) or a pair."""
+    if isinstance(cost, (tuple, list)):
+        overhead, per_token = cost
+        return float(overhead), float(per_token)
+    return 0.0, float(cost)
+
+
+def step_cost(cost: tuple, k):
+    """Cost of a step verifying k drafts (array or int), in one-token forwards."""
+    overhead, per_token = cost
+    return 1.0 + overhead * (np.asarray(k) > 0) + per_token * np.asarray(k)
+
+
 class DraftLength:
     """Online choice of draft length per row.
 
     Args:
         max_tokens: the most draft tokens per step.
-        cost: extra cost of one more verified token, as a fraction of a one-token forward (GPU at small batch:
-            ~0.02; CPU: ~0.1).
+        cost: the verification cost model, `per_token` or `(overhead, per_token)`, as fractions of a one-token
+            forward (see `as_cost`).
         prior: (accepted, rejected) pseudo-counts each bucket starts from.
 
     Example:
@@ -27,7 +43,7 @@ class DraftLength:
     """
 
     def __init__(self, max_tokens: int, cost: float, prior: tuple = (3.0, 1.0)):
-        self.max_tokens, self.cost = max_tokens, cost
+        self.max_tokens, self.cost = max_tokens, as_cost(cost)
         self.accepted = np.full(len(_BUCKETS), prior[0])
         self.rejected = np.full(len(_BUCKETS), prior[1])
         self._table = self._best_lengths()
@@ -53,7 +69,7 @@ class DraftLength:
         q = self.acceptance()[:, None]  # [buckets, 1]
         k = np.arange(self.max_tokens + 1)[None, :]  # [1, K+1]
         gain = np.cumsum(np.where(k > 0, q ** k, 1.0), axis=1)  # expected tokens of a step drafting k
-        return np.argmax(gain / (1.0 + self.cost * k), axis=1)
+        return np.argmax(gain / step_cost(self.cost, k), axis=1)
 
     @staticmethod
     def _bucket(match_lengths: np.ndarray) -> np.ndarray:

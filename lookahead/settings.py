@@ -70,8 +70,8 @@ def make_settings(lookup="ngram", max_ngram=4, min_ngram=1, num_draft_tokens=10,
     if min_ngram > max_ngram:
         raise ValueError(f"min_ngram must be <= max_ngram, got min_ngram={min_ngram} > max_ngram={max_ngram}")
     V.check_int("num_draft_tokens", num_draft_tokens, 0)
-    if draft_cost is not None and not (isinstance(draft_cost, (int, float)) and draft_cost >= 0):
-        raise ValueError(f"draft_cost must be a number >= 0 or None, got {draft_cost!r}")
+    if draft_cost is not None and not _is_cost(draft_cost):
+        raise ValueError(f"draft_cost must be a number >= 0, a pair of them or None, got {draft_cost!r}")
     if generator is not None and not isinstance(generator, torch.Generator):
         V.check_int("generator", generator, 0)
     docs = as_documents(documents, tokenizer)
@@ -92,6 +92,12 @@ def check_tree(draft: str, max_draft_nodes: int, lookup: str, generate_kwargs: d
         if getattr(model.config, "is_encoder_decoder", False):
             raise ValueError(f"draft='tree' needs a decoder-only model; {type(model).__name__} is an encoder-decoder")
     return {"draft": draft, "max_draft_nodes": max_draft_nodes}
+
+
+def _is_cost(value) -> bool:
+    def number(x):
+        return isinstance(x, (int, float)) and not isinstance(x, bool) and x >= 0
+    return number(value) or (isinstance(value, (tuple, list)) and len(value) == 2 and all(map(number, value)))
 
 
 def as_documents(documents, tokenizer=None) -> list | None:

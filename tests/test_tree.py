@@ -124,3 +124,5 @@ def test_tree_size_follows_the_cost_of_verification():
     assert T.best_size(probs, 0.0) == 5
     assert T.best_size(probs, 0.2) == 3
     assert T.best_size(probs, 2.0) == 0
+    assert T.best_size(probs, (1.5, 0.0)) == 5  # a fixed overhead asks for all the gain there is
+    assert T.best_size(probs[:1] / 2, (1.0, 0.0)) == 0  # 0.45 expected tokens do not pay a doubled forward

@@ -10,6 +10,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..policy import as_cost, step_cost
+
 
 def pack_trees(trees: list) -> tuple:
     """Pad per-row trees to one width.
@@ -83,8 +85,9 @@ def path_slots(paths: list) -> np.ndarray:
     return slots
 
 
-def best_size(probs: np.ndarray, cost: float) -> int:
+def best_size(probs: np.ndarray, cost) -> int:
     """How many of the best-first nodes to verify: the n maximizing expected tokens per unit of forward cost,
-    (1 + p_1 + ... + p_n) / (1 + cost * n), with p_i the nodes' acceptance probabilities (non-increasing)."""
+    (1 + p_1 + ... + p_n) / step_cost(n), with p_i the nodes' acceptance probabilities (non-increasing) and `cost`
+    a per-token cost or an (overhead, per_token) pair (`lookahead.policy.as_cost`)."""
     gain = 1.0 + np.concatenate([[0.0], np.cumsum(probs)])
-    return int(np.argmax(gain / (1.0 + cost * np.arange(len(gain)))))
+    return int(np.argmax(gain / step_cost(as_cost(cost), np.arange(len(gain)))))

@@ -34,3 +34,8 @@ def as_token_array(tokens) -> np.ndarray:
 def range_error(tokens: np.ndarray) -> ValueError:
     """The error for ids outside [0, int32 max], naming the offending values."""
     return ValueError(f"token ids must lie in [0, {_INT32_MAX}], got min {tokens.min()} and max {tokens.max()}")
+
+
+def table_size(min_slots: int) -> int:
+    """The power of two (at least 1024) that holds `min_slots` hash-table slots."""
+    return 1 << max(10, int(min_slots - 1).bit_length())

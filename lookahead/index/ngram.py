@@ -1,10 +1,12 @@
 """NgramIndex: incremental n-gram lookup over the tokens seen so far (prompt, output, documents)."""
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from . import _kernels as K
-from ._tokens import as_token_array, range_error
+from ._tokens import as_token_array, range_error, table_size as _table_size
 
 _MIN_CAPACITY = 1024
 
@@ -99,18 +101,9 @@ class NgramIndex:
             self._state[K.USED] = K.ngram_rebuild(self._hist, n, self._table, self.max_ngram)
 
 
-def _table_size(min_slots: int) -> int:
-    return 1 << max(10, int(min_slots - 1).bit_length())
-
-
-_warm = []
-
-
+@functools.cache
 def _warm_up() -> None:
     """Compile (or load from cache) the kernels once per process, on a non-empty input."""
-    if _warm:
-        return
-    _warm.append(True)
     hist = np.zeros(16, np.int32)
     table = np.zeros((1024, 2), np.uint64)
     state = np.array([0, -1, 0, 0, -1], np.int64)

@@ -1,10 +1,12 @@
 """SuffixIndex: drafts from the longest recurring suffix of any length, as a chain or a tree."""
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from . import _suffix_kernels as K
-from ._tokens import as_token_array, range_error
+from ._tokens import as_token_array, range_error, table_size as _table_size
 
 _MIN_CAPACITY = 1024
 _PRIOR_WEIGHT = 4.0  # pseudo-observations behind the prior hit rate m / (m + 2) of a length-m match
@@ -194,18 +196,9 @@ def _grown(array: np.ndarray, rows: int, used: int) -> np.ndarray:
     return grown
 
 
-def _table_size(min_slots: int) -> int:
-    return 1 << max(10, int(min_slots - 1).bit_length())
-
-
-_warm = []
-
-
+@functools.cache
 def _warm_up() -> None:
     """Compile (or load from cache) the kernels once per process, on a non-empty input."""
-    if _warm:
-        return
-    _warm.append(True)
     idx = SuffixIndex.__new__(SuffixIndex)
     idx.min_prob, idx.max_branch, idx.memory = 0.0, 2, 1.0
     idx._allocate(16)

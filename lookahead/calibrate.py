@@ -44,7 +44,7 @@ def measure_draft_cost(model, context: int = 512, batch: int = 1, max_tokens: in
     squares; both are clipped at 0.
 
     Example:
-        >>> cost = measure_draft_cost(model)        # e.g. ~(0, 0.01) on a GPU, ~(0.8, 0.05) on a CPU
+        >>> cost = measure_draft_cost(model)        # e.g. ~(0, 0.01) on a GPU, ~(0.8, 0.08) on a CPU
         >>> generate(model, ids, lookup="suffix", draft="tree", draft_cost=cost)
     """
     sizes = sorted({1, 2, 4, 8, 16, max_tokens})

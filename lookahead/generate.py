@@ -19,7 +19,7 @@ import torch
 from . import _validate as V
 from .index import NgramIndex, SuffixIndex
 from .outputs import Recorder
-from .policy import DraftLength, as_cost
+from .policy import DraftLength, as_cost, row_cost
 from .processing import Scorer, Stopper, Streamer, max_new_tokens as _max_new
 from .seq2seq import Seq2SeqLM
 from .settings import (GenerationStats, Settings, check_supported, check_tree, eos_override, hf_kwargs,
@@ -94,7 +94,7 @@ def generate(
         num_draft_tokens: most draft tokens verified per row and step (0 disables drafting).
         draft_cost: what verification costs, as a fraction of a one-token forward: the cost of one more verified
             token, or a pair (overhead of any multi-token forward, cost per token); drafts and trees are only as
-            large as the acceptance seen so far pays for (`lookahead.policy`). Default: (0.8, 0.05) on CPU,
+            large as the acceptance seen so far pays for (`lookahead.policy`). Default: (0.8, 0.08) on CPU,
             (0, 0.02) on an accelerator; `lookahead.calibrate.measure_draft_cost(model)` measures it. 0 always
             drafts `num_draft_tokens` when there is a match.
         draft: "chain" (one continuation) or "tree" (several continuations verified together in one forward with a
@@ -226,7 +226,7 @@ def _tree_step(target, rows: _Rows, outs, run: _Run, max_new: int) -> _Rows:
     trees = []
     for ix, n in zip(rows.indexes, budget):
         tokens, parents, probs = ix.propose_tree(max(n, 0), with_probs=True)
-        keep = T.best_size(probs, run.draft_cost)  # the tree size that pays for its verification
+        keep = T.best_size(probs, row_cost(run.draft_cost, len(rows.ids)))  # the size that pays for itself
         trees.append((tokens[:keep], parents[:keep]))
     tokens, parents, sizes = T.pack_trees(trees)
     seen, depth = T.ancestry(parents)
@@ -440,7 +440,7 @@ def _ids(tensor) -> tuple:
 def _default_cost(model) -> tuple:
     """(overhead, per_token) of verification as measured on a CPU (a one-token forward is a cheap matrix-vector
     product there: any multi-token forward costs ~1.8x it) and on a GPU at small batch (nearly free)."""
-    return (0.8, 0.05) if model.device.type == "cpu" else (0.0, 0.02)
+    return (0.8, 0.08) if model.device.type == "cpu" else (0.0, 0.02)
 
 
 def _accepts(model, name: str) -> bool:

@@ -22,6 +22,20 @@ def as_cost(cost) -> tuple:
     return 0.0, float(cost)
 
 
+def row_cost(cost: tuple, batch: int) -> tuple:
+    """A row's share of the cost model in a batch of `batch` rows.
+
+    A forward over T tokens costs about 1 + overhead * [T > 1] + per_token * (T - 1) one-token forwards. A row owns
+    1/batch of the plain step t(batch) and all of its own drafts: drafting k costs it 1 + per_token * k * batch /
+    t(batch) of its share, and the overhead is already paid by any batch > 1.
+    """
+    overhead, per_token = cost
+    if batch <= 1:
+        return cost
+    plain = 1.0 + overhead + per_token * (batch - 1)
+    return 0.0, per_token * batch / plain
+
+
 def step_cost(cost: tuple, k):
     """Cost of a step verifying k drafts (array or int), in one-token forwards."""
     overhead, per_token = cost
@@ -46,11 +60,14 @@ class DraftLength:
         self.max_tokens, self.cost = max_tokens, as_cost(cost)
         self.accepted = np.full(len(_BUCKETS), prior[0])
         self.rejected = np.full(len(_BUCKETS), prior[1])
-        self._table = self._best_lengths()
+        self._tables = {}
 
     def choose(self, match_lengths: np.ndarray) -> np.ndarray:
-        """Draft length for each row, given the length of the match behind its next proposal."""
-        lengths = self._table[self._bucket(match_lengths)]
+        """Draft length for each row, given the length of the match behind its next proposal (one per row)."""
+        batch = len(match_lengths)
+        if batch not in self._tables:
+            self._tables[batch] = self._best_lengths(row_cost(self.cost, batch))
+        lengths = self._tables[batch][self._bucket(match_lengths)]
         return np.where(match_lengths > 0, lengths, 0)
 
     def update(self, match_lengths: np.ndarray, drafted: np.ndarray, accepted: np.ndarray) -> None:
@@ -59,17 +76,17 @@ class DraftLength:
         buckets = self._bucket(match_lengths[used])
         np.add.at(self.accepted, buckets, accepted[used])
         np.add.at(self.rejected, buckets, (accepted[used] < drafted[used]).astype(float))
-        self._table = self._best_lengths()
+        self._tables = {}
 
     def acceptance(self) -> np.ndarray:
         """Estimated per-token acceptance probability of each match-length bucket."""
         return self.accepted / (self.accepted + self.rejected)
 
-    def _best_lengths(self) -> np.ndarray:
+    def _best_lengths(self, cost: tuple) -> np.ndarray:
         q = self.acceptance()[:, None]  # [buckets, 1]
         k = np.arange(self.max_tokens + 1)[None, :]  # [1, K+1]
         gain = np.cumsum(np.where(k > 0, q ** k, 1.0), axis=1)  # expected tokens of a step drafting k
-        return np.argmax(gain / step_cost(self.cost, k), axis=1)
+        return np.argmax(gain / step_cost(cost, k), axis=1)
 
     @staticmethod
     def _bucket(match_lengths: np.ndarray) -> np.ndarray:

@@ -24,3 +24,14 @@ def test_accepted_drafts_grow_to_the_maximum():
     for _ in range(20):
         policy.update(np.array([2]), np.array([10]), np.array([10]))
     assert policy.choose(np.array([2, 0])).tolist() == [10, 0]
+
+
+def test_a_row_of_a_large_batch_pays_more_for_its_drafts():
+    """In a batch the plain step is already a matrix product: drafts add compute the whole batch waits for."""
+    from lookahead.policy import row_cost
+
+    assert row_cost((0.8, 0.08), 1) == (0.8, 0.08)
+    overhead, per_token = row_cost((0.8, 0.08), 8)
+    assert overhead == 0.0 and per_token > 0.08
+    policy = DraftLength(10, (0.8, 0.08))
+    assert policy.choose(np.array([1] * 8))[0] < policy.choose(np.array([1]))[0]

@@ -197,6 +197,7 @@ def test_bench_e2e_tiny_synthetic(capsys):
     assert main(args + ["--methods", "greedy", "lookahead-ngram"]) == 0
     out = capsys.readouterr().out
     assert "| synthetic | 1 | lookahead-ngram | 16 |" in out and "NO (" not in out
+    assert "Forward cost ratio here" in out and "| synthetic | lookahead-ngram |" in out  # predicted vs measured
     assert main(["bench", "e2e", "--shape", "7b"]) == 1
     assert "unknown shape '7b'; expected one of tiny, gpt2-small, 1b" in capsys.readouterr().err
     assert main(args + ["--methods", "beam"]) == 1

@@ -29,7 +29,7 @@ def replay_in_order(traces, make_index, memory: Memory | None, budget: int, tree
     total = ReplayStats()
     for prompt, output in tqdm(traces, desc="traces", leave=False):
         index = make_index()
-        for piece in memory.documents(None, 1)[0] if memory is not None and len(memory) else []:
+        for piece in memory.documents()[0] if memory is not None and len(memory) else []:
             index.extend(piece)
         total += replay_trace(index, prompt, output, budget=budget, tree=tree)
         if memory is not None:

@@ -141,7 +141,7 @@ def generate(
                              generator, streamer, stream_prompt=True, eos=eos_override(eos_token_id),
                              **check_tree(draft, max_draft_nodes, lookup, generate_kwargs, model))
     if memory is not None:
-        settings.documents = memory.documents(settings.documents, len(input_ids) if input_ids.dim() > 1 else 1)
+        settings.documents = memory.documents(settings.documents)
     if max_new_tokens is not None:
         V.check_int("max_new_tokens", max_new_tokens, 1)
     if pad_token_id is not None and (isinstance(pad_token_id, bool) or not isinstance(pad_token_id, int)):

@@ -56,7 +56,7 @@ class Memory:
                 new = new[: int(keep.max()) + 1] if len(keep) else new[:0]
             self.add_tokens(torch.cat([row[:prompt_len][mask.bool().to(row.device)], new]))
 
-    def documents(self, documents, batch: int) -> list:
+    def documents(self, documents=None) -> list | None:
         """Per-row document lists: what the memory holds, then each row's own documents."""
         held = list(self._items)
         if documents is None:

@@ -94,7 +94,7 @@ def test_memory_evicts_the_oldest_tokens():
     memory = Memory(max_tokens=10)
     memory.add_tokens([1, 2, 3, 4, 5, 6])
     memory.add_tokens([7, 8, 9, 10, 11])
-    assert len(memory) == 5 and memory.documents(None, 1)[0][0].tolist() == [7, 8, 9, 10, 11]
+    assert len(memory) == 5 and memory.documents()[0][0].tolist() == [7, 8, 9, 10, 11]
     memory.add_tokens(list(range(30)))
     assert len(memory) == 10
 

@@ -26,7 +26,7 @@ def tokens_per_forward(values: dict, methods: list, datasets: list, path: str, t
         ax.bar_label(bars, fmt="%.2f", fontsize=5 if crowded else 6, rotation=90 if crowded else 0, padding=2)
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(datasets))], datasets, fontsize=8)
     ax.axhline(1.0, color="grey", lw=0.8)
-    ax.margins(y=0.1)
+    ax.margins(y=0.15)
     ax.set_ylabel("tokens per target forward")
     ax.set_title(title, fontsize=9)
     _legend_below(ax)
@@ -34,16 +34,17 @@ def tokens_per_forward(values: dict, methods: list, datasets: list, path: str, t
 
 
 def speedup_vs_batch(points: dict, path: str, title: str = "") -> None:
-    """Lines: speedup over greedy against batch size, ``points[(dataset, method)] = [(batch, speedup), ...]``."""
+    """Lines: speedup over greedy against batch size, ``points[(dataset, method)] = [(batch, speedup), ...]``;
+    one colour per method, one line style per dataset."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6, 4.8))
-    styles = {}
+    methods = sorted({method for _, method in points})
+    datasets = list(dict.fromkeys(dataset for dataset, _ in sorted(points)))
     for (dataset, method), xy in sorted(points.items()):
         xy = sorted(xy)
-        color = styles.setdefault(dataset, f"C{len(styles)}")
-        marker = "s" if method.startswith("hf") else "o"
-        line = "--" if method.startswith("hf") else "-"
-        ax.plot([b for b, _ in xy], [s for _, s in xy], line, marker=marker, color=color, label=f"{dataset}: {method}")
+        ax.plot([b for b, _ in xy], [s for _, s in xy], ["-", "--", ":", "-."][datasets.index(dataset) % 4],
+                marker="s" if method.startswith("hf") else "o", color=f"C{methods.index(method) % 10}",
+                label=f"{dataset}: {method}")
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.set_xscale("log", base=2)
     batches = sorted({b for xy in points.values() for b, _ in xy})

@@ -213,20 +213,28 @@ def _decode(target, rows: _Rows, run: _Run, max_new: int) -> list:
         accepted, nxt = run.accept(drafts, lens, scores)
         policy.update(matches, lens, accepted)
         target.commit(accepted)
-        run.stats.draft_tokens += int(lens.sum())
-        run.stats.accepted_tokens += int(accepted.sum())
         gained = [list(drafts[i, :a]) + [nxt[i]] for i, a in enumerate(accepted)]
-        rows = _drop(target, rows, _append(rows, outs, gained, run, scores, logits))
+        rows = _advance(target, rows, outs, run, gained, int(lens.sum()), scores, logits)
     return outs
+
+
+def _advance(target, rows: _Rows, outs, run: _Run, gained: list, drafted: int, scores, logits) -> _Rows:
+    """Count the step, append each row's gained tokens (accepted drafts + the target's own) and drop finished rows.
+
+    scores/logits [b, W, V] hold the target's outputs along each row's accepted tokens."""
+    run.stats.draft_tokens += drafted
+    run.stats.accepted_tokens += sum(len(g) - 1 for g in gained)
+    return _drop(target, rows, _append(rows, outs, gained, run, scores, logits))
 
 
 def _tree_step(target, rows: _Rows, outs, run: _Run, max_new: int) -> _Rows:
     """Propose a tree per row, verify all of it in one forward, keep the longest path the target agrees with."""
     budget = [min(run.max_draft_nodes, max_new - len(outs[rid]) - 1) for rid in rows.ids]
+    cost = row_cost(run.draft_cost, len(rows.ids))
     trees = []
     for ix, n in zip(rows.indexes, budget):
         tokens, parents, probs = ix.propose_tree(max(n, 0), with_probs=True)
-        keep = T.best_size(probs, row_cost(run.draft_cost, len(rows.ids)))  # the size that pays for itself
+        keep = T.best_size(probs, cost)  # the tree size that pays for its verification
         trees.append((tokens[:keep], parents[:keep]))
     tokens, parents, sizes = T.pack_trees(trees)
     seen, depth = T.ancestry(parents)
@@ -234,12 +242,10 @@ def _tree_step(target, rows: _Rows, outs, run: _Run, max_new: int) -> _Rows:
     scores = _tree_scores(run.scorer, logits, rows, outs, tokens, seen)
     paths, bonus = T.greedy_tree_accept(tokens, parents, sizes, scores.argmax(-1).cpu().numpy())
     target.commit_path(paths)
-    run.stats.draft_tokens += int(sizes.sum())
-    run.stats.accepted_tokens += sum(len(p) for p in paths)
     gained = [list(tokens[i, p]) + [bonus[i]] for i, p in enumerate(paths)]
     cols = torch.from_numpy(T.path_slots(paths)).to(scores.device)  # [b, W] columns along each accepted path
     at = torch.arange(len(paths), device=scores.device)[:, None]
-    return _drop(target, rows, _append(rows, outs, gained, run, scores[at, cols], logits[at, cols]))
+    return _advance(target, rows, outs, run, gained, int(sizes.sum()), scores[at, cols], logits[at, cols])
 
 
 def _tree_scores(scorer: Scorer, logits, rows: _Rows, outs, tokens: np.ndarray, seen: np.ndarray) -> torch.Tensor:

@@ -37,14 +37,19 @@ def keep_slots(cache, start: int, slots: torch.Tensor) -> None:
     """Keep the cache's first `start` slots, then, per row, the slots `start + slots[i]` (a [b, W] LongTensor).
 
     After a tree verification the accepted path is scattered among the tree's columns; this packs it behind the
-    slots before the step. Rows whose path is shorter than W repeat a slot that the caller masks out.
+    slots before the step, rewriting only the step's own slots (in place) and cropping the rest: the cost does not
+    grow with the length of the cache. Rows whose path is shorter than W repeat a slot that the caller masks out.
     """
+    width = slots.shape[1]
     for layer in cache.layers:
         if not getattr(layer, "is_initialized", True) or layer.keys is None:
             continue
         index = slots[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[-1])
-        layer.keys = torch.cat([layer.keys[:, :, :start], layer.keys[:, :, start:].gather(2, index)], dim=2)
-        layer.values = torch.cat([layer.values[:, :, :start], layer.values[:, :, start:].gather(2, index)], dim=2)
+        for name in ("keys", "values"):
+            states = getattr(layer, name)
+            packed = states[:, :, start:].gather(2, index)  # read every kept slot before any is overwritten
+            states[:, :, start:start + width] = packed
+            setattr(layer, name, states[:, :, :start + width])
         if hasattr(layer, "cumulative_length"):
             layer.cumulative_length = layer.keys.shape[2]
 

@@ -2,7 +2,7 @@
 
 References: Leviathan et al., "Fast Inference from Transformers via Speculative Decoding" (2023); Saxena, "Prompt
 Lookup Decoding" (2023). Greedy verification is exact: the output equals plain greedy decoding token for token.
-Sampling verification (`verify/sampling.py`) is exact in distribution.
+Sampling verification (`verify/sampling.py`, `verify/tree.py` for trees) is exact in distribution.
 
 `generate` checks lookahead's own arguments and hands the rest to `model.generate` with `decode` as its decoding loop
 (transformers' `custom_generate`), so the generation config, logits processors, stopping criteria and encoder outputs
@@ -46,6 +46,7 @@ class _Run:
     scorer: Scorer
     stopper: Stopper
     accept: object  # (drafts [b, D], lens [b], scores [b, D+1, V]) -> (accepted [b], next token [b])
+    accept_tree: object  # (tokens [b, N], parents [b, N], sizes [b], scores [b, N+1, V]) -> (paths, next token [b])
     streamer: Streamer
     recorder: Recorder | None
     stats: GenerationStats
@@ -98,7 +99,7 @@ def generate(
             (0, 0.02) on an accelerator; `lookahead.calibrate.measure_draft_cost(model)` measures it. 0 always
             drafts `num_draft_tokens` when there is a match.
         draft: "chain" (one continuation) or "tree" (several continuations verified together in one forward with a
-            tree attention mask; needs lookup="suffix", greedy decoding and a decoder-only model).
+            tree attention mask; needs lookup="suffix" and a decoder-only model; greedy or sampling).
         max_draft_nodes: most tree nodes verified per row and step (draft="tree").
         memory: a `lookahead.Memory` that outlives calls: its earlier prompts and outputs are drafted from, and
             this call's prompts and outputs are added to it.
@@ -139,7 +140,7 @@ def generate(
     V.check_model(model)
     settings = make_settings(lookup, max_ngram, min_ngram, num_draft_tokens, draft_cost, documents, tokenizer,
                              generator, streamer, stream_prompt=True, eos=eos_override(eos_token_id),
-                             **check_tree(draft, max_draft_nodes, lookup, generate_kwargs, model))
+                             **check_tree(draft, max_draft_nodes, lookup, model))
     if memory is not None:
         settings.documents = memory.documents(settings.documents)
     if max_new_tokens is not None:
@@ -240,7 +241,7 @@ def _tree_step(target, rows: _Rows, outs, run: _Run, max_new: int) -> _Rows:
     seen, depth = T.ancestry(parents)
     logits = target.verify_tree(rows.last, tokens, seen, depth, run.stats)  # [b, N+1, V]
     scores = _tree_scores(run.scorer, logits, rows, outs, tokens, seen)
-    paths, bonus = T.greedy_tree_accept(tokens, parents, sizes, scores.argmax(-1).cpu().numpy())
+    paths, bonus = run.accept_tree(tokens, parents, sizes, scores)
     target.commit_path(paths)
     gained = [list(tokens[i, p]) + [bonus[i]] for i, p in enumerate(paths)]
     cols = torch.from_numpy(T.path_slots(paths)).to(scores.device)  # [b, W] columns along each accepted path
@@ -387,27 +388,31 @@ def _make_run(model, batch: int, processors, criteria, config, settings: Setting
     if config.return_dict_in_generate:
         recorder = Recorder(batch, bool(config.output_scores), bool(config.output_logits))
     cost = as_cost(settings.draft_cost) if settings.draft_cost is not None else _default_cost(model)
-    if settings.draft == "tree" and config.do_sample:
-        raise ValueError("draft='tree' verifies greedily; do_sample=True (set here by the generation config) needs "
-                         "draft='chain'")
-    return _Run(Scorer(processors, batch), Stopper(criteria, eos, max_new), _rule(config, settings.generator, model),
+    return _Run(Scorer(processors, batch), Stopper(criteria, eos, max_new), *_rules(config, settings.generator, model),
                 Streamer(settings.streamer, batch), recorder, settings.stats, settings.num_draft_tokens, cost,
                 settings.max_draft_nodes if settings.draft == "tree" else 0)
 
 
-def _rule(config, generator, model):
-    """The acceptance rule: greedy, or speculative sampling from the processed distribution."""
+def _rules(config, generator, model) -> tuple:
+    """The acceptance rules for chains and trees: greedy, or speculative sampling from the processed distribution
+    (one generator for both, so that every draw is independent)."""
     if not config.do_sample:
-        return _greedy
+        return _greedy, _greedy_tree
     if isinstance(generator, int):
         generator = torch.Generator(device=model.device).manual_seed(generator)
-    return lambda drafts, lens, scores: sample_accept(drafts, lens, torch.softmax(scores, dim=-1), generator)
+    return (lambda drafts, lens, scores: sample_accept(drafts, lens, torch.softmax(scores, dim=-1), generator),
+            lambda tokens, parents, sizes, scores: T.sample_tree_accept(tokens, parents, sizes,
+                                                                        torch.softmax(scores, dim=-1), generator))
 
 
 def _greedy(drafts: np.ndarray, lens: np.ndarray, scores: torch.Tensor) -> tuple:
     targets = scores.argmax(-1).cpu().numpy()  # [b, D+1]; the one host-device sync
     accepted = greedy_accept(drafts, lens, targets)
     return accepted, targets[np.arange(len(accepted)), accepted]
+
+
+def _greedy_tree(tokens: np.ndarray, parents: np.ndarray, sizes: np.ndarray, scores: torch.Tensor) -> tuple:
+    return T.greedy_tree_accept(tokens, parents, sizes, scores.argmax(-1).cpu().numpy())  # the one host-device sync
 
 
 def _indexes(settings: Settings, sources: list) -> list:

@@ -39,7 +39,7 @@ def custom_generate(model, input_ids, logits_processor, stopping_criteria, gener
     """
     streamer, assistant_model = _dropped_by_transformers()
     refuse_assistant(assistant_model)
-    tree = check_tree(draft, max_draft_nodes, lookup, {"do_sample": generation_config.do_sample}, model)
+    tree = check_tree(draft, max_draft_nodes, lookup, model)
     settings = make_settings(lookup, max_ngram, min_ngram, num_draft_tokens, draft_cost, documents, tokenizer,
                              generator, streamer, **tree)
     return decode(model, input_ids, logits_processor, stopping_criteria, generation_config, lookahead=settings,

@@ -78,7 +78,7 @@ def make_settings(lookup="ngram", max_ngram=4, min_ngram=1, num_draft_tokens=10,
     return Settings(lookup, max_ngram, min_ngram, num_draft_tokens, draft_cost, docs, generator, streamer, **rest)
 
 
-def check_tree(draft: str, max_draft_nodes: int, lookup: str, generate_kwargs: dict, model) -> dict:
+def check_tree(draft: str, max_draft_nodes: int, lookup: str, model) -> dict:
     """Check the draft shape arguments; return them as Settings fields."""
     if draft not in ("chain", "tree"):
         raise ValueError(f"draft must be 'chain' or 'tree', got {draft!r}")
@@ -86,9 +86,6 @@ def check_tree(draft: str, max_draft_nodes: int, lookup: str, generate_kwargs: d
     if draft == "tree":
         if lookup != "suffix":
             raise ValueError(f"draft='tree' needs lookup='suffix' (an index that proposes trees), got lookup={lookup!r}")
-        config = generate_kwargs.get("generation_config")
-        if generate_kwargs.get("do_sample", getattr(config, "do_sample", False)):
-            raise ValueError("draft='tree' verifies greedily; do_sample=True needs draft='chain'")
         if getattr(model.config, "is_encoder_decoder", False):
             raise ValueError(f"draft='tree' needs a decoder-only model; {type(model).__name__} is an encoder-decoder")
     return {"draft": draft, "max_draft_nodes": max_draft_nodes}

@@ -105,7 +105,6 @@ def test_memory_evicts_the_oldest_tokens():
         ({"draft": "tree"}, "draft='tree' needs lookup='suffix'"),
         ({"draft": "bush", "lookup": "suffix"}, "draft must be 'chain' or 'tree', got 'bush'"),
         ({"draft": "tree", "lookup": "suffix", "max_draft_nodes": 0}, "max_draft_nodes must be >= 1, got 0"),
-        ({"draft": "tree", "lookup": "suffix", "do_sample": True}, "draft='tree' verifies greedily"),
     ],
 )
 def test_tree_argument_errors(kwargs, message):

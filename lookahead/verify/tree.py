@@ -4,6 +4,12 @@ A tree is (tokens, parents) per row: parents[j] is the index of node j's parent,
 token; parents come before children. Column 0 of the forward is the last token (the root), column 1 + j is node j.
 Each column attends to the cache and to its ancestors only, at position (row position + depth). Reference:
 Miao et al., "SpecInfer" (2024); Cai et al., "Medusa" (2024).
+
+Sampling over a tree is SpecInfer's multi-step speculative sampling with point-mass drafts: at a column with target
+distribution p, the children are tried in tree order, child x accepted with probability p(x) / m, m the mass of p
+not yet rejected, and a rejected x removed from p. The first accepted child is descended into; when all are
+rejected the next token is sampled from p without them. Token by token this is sampling from p without
+replacement stopped at the first draw, so every emitted token is distributed exactly as the target's own sample.
 """
 from __future__ import annotations
 
@@ -74,6 +80,67 @@ def greedy_tree_accept(tokens: np.ndarray, parents: np.ndarray, sizes: np.ndarra
         paths.append(path)
         bonus[i] = targets[i, col]
     return paths, bonus
+
+
+def sample_tree_accept(tokens: np.ndarray, parents: np.ndarray, sizes: np.ndarray, probs: torch.Tensor,
+                       generator=None) -> tuple:
+    """Accept a path of each row's tree by multi-step speculative sampling; sample each row's next token.
+
+    A sibling repeating an earlier sibling's token is skipped: once that token is rejected it has no mass left, so
+    skipping keeps the rule exact (`SuffixIndex.propose_tree` never repeats a token among siblings). Two host-device
+    syncs: the walk needs the nodes' probabilities, and sampling every column's bonus token up front instead would
+    cost N+1 draws over the vocabulary per row.
+
+    Args:
+        tokens, parents, sizes: packed trees (`pack_trees`).
+        probs: [b, N+1, V] the target's processed distribution after the root (column 0) and after each node
+            (column 1 + j).
+        generator: a `torch.Generator` on probs' device, or None for the global generator.
+
+    Returns:
+        (paths, bonus): as `greedy_tree_accept`; bonus[i] is sampled from p after the path's last node with the
+        node's rejected children removed.
+
+    Example:
+        >>> paths, bonus = sample_tree_accept(*pack_trees([([3, 4], [-1, -1])]), torch.full((1, 3, 8), 1 / 8))
+    """
+    b, n = tokens.shape
+    device = probs.device
+    rows = torch.arange(b, device=device)[:, None]
+    p_node = probs[rows, torch.from_numpy(1 + parents).to(device), torch.from_numpy(tokens).to(device)]  # [b, N]
+    u = torch.rand((b, n), generator=generator, device=device, dtype=probs.dtype)
+    p_node, u = torch.stack([p_node, u]).double().cpu().numpy()  # host-device sync 1 of 2
+    paths, ends, removed = [], np.zeros(b, dtype=np.int64), []
+    for i, size in enumerate(sizes):
+        path, rejected = _walk(tokens[i, :size], parents[i, :size], p_node[i], u[i])
+        paths.append(path)
+        ends[i] = 1 + path[-1] if path else 0
+        removed += [(i, int(x)) for x in rejected]
+    p = probs[rows[:, 0], torch.from_numpy(ends).to(device)]  # [b, V] the distribution after each path
+    if removed:
+        at = torch.tensor(removed, device=device).T
+        residual = p.index_put((at[0], at[1]), torch.zeros((), device=device, dtype=p.dtype))
+        p = torch.where(residual.sum(-1, keepdim=True) > 0, residual, p)  # nothing left only by rounding
+    bonus = torch.multinomial(p, 1, generator=generator)[:, 0].cpu().numpy()  # multinomial renormalizes; sync 2
+    return paths, bonus
+
+
+def _walk(tokens: np.ndarray, parents: np.ndarray, p_node: np.ndarray, u: np.ndarray) -> tuple:
+    """One row's walk down its tree: (accepted node indices, tokens rejected at the last column)."""
+    path, col = [], 0
+    while True:
+        m, rejected = 1.0, []
+        for j in np.flatnonzero(parents == col - 1):
+            if tokens[j] in rejected:
+                continue
+            if u[j] * m < p_node[j]:  # accept x with probability p(x) / m
+                path.append(int(j))
+                break
+            m -= p_node[j]
+            rejected.append(tokens[j])
+        else:
+            return path, rejected
+        col = 1 + path[-1]
 
 
 def path_slots(paths: list) -> np.ndarray:

@@ -1,4 +1,5 @@
-"""Sampling beside greedy: acceptance rate and tokens per forward at temperature 0.7 and 1.0.
+"""Sampling beside greedy: acceptance rate and tokens per forward at temperature 0.7 and 1.0, for n-gram chains,
+suffix-index chains and suffix-index trees (sampled over sibling nodes, `lookahead/verify/tree.py`).
 
 A target cannot be forced to a recorded *distribution*, so each workload samples from a model's own distribution,
 with a high-copy prompt: the prompt holds the very text the model would write next (its own greedy continuation),
@@ -7,7 +8,8 @@ then repeats the tail that preceded it, so the index drafts exactly what greedy 
 - code-edit: the recorded CanItEdit prompts (GPT-2 tokens) and a random-weight Llama (4 layers, hidden 256).
 - stories: the real pretrained stories260K Llama (../shared/models), its own greedy story as the prompt.
 
-    python benchmarks/sampling.py --limit 8 --max-new 128
+    python benchmarks/sampling.py --limit 8 --max-new 128 --threads 1
+    python benchmarks/sampling.py --workloads stories --threads 1 --draft-cost 0   # as if verification were free
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from lookahead import GenerationStats  # noqa: E402
 STORIES = DEFAULT_DATA_DIR.parent / "models" / "stories260K"
 DECODINGS = {"greedy": {}, "T=0.7": dict(do_sample=True, temperature=0.7, top_k=0),
              "T=1.0": dict(do_sample=True, temperature=1.0, top_k=0)}
+DRAFTS = {"ngram chain": {}, "suffix chain": dict(lookup="suffix"), "suffix tree": dict(lookup="suffix", draft="tree")}
 
 
 def random_llama():
@@ -75,19 +78,22 @@ def main(argv=None) -> None:
     parser.add_argument("--limit", type=int, default=8)
     parser.add_argument("--max-new", type=int, default=128)
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
+    parser.add_argument("--drafts", nargs="+", default=list(DRAFTS), choices=list(DRAFTS))
+    parser.add_argument("--draft-cost", type=float, default=None, help="lookahead's draft_cost (default: its own)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    print("| workload | decoding | acceptance rate | tokens per forward | draft tokens per step |")
-    print("|---|---|---|---|---|")
+    print("| workload | draft | decoding | acceptance rate | tokens per forward | draft tokens per step |")
+    print("|---|---|---|---|---|---|")
     for name in args.workloads:
         model, prompts = workloads(name, args.limit, args.max_new, args.data_dir)
-        for label, decoding in DECODINGS.items():
-            s = measure(model, prompts, args.max_new, decoding)
-            steps = max(s.forward_passes - len(prompts), 1)  # verification steps (one prefill per prompt)
-            print(f"| {name} | {label} | {s.acceptance_rate:.3f} | {s.tokens_per_forward:.2f} | "
-                  f"{s.draft_tokens / steps:.1f} |", flush=True)
+        for draft in args.drafts:
+            for label, decoding in DECODINGS.items():
+                s = measure(model, prompts, args.max_new, {**DRAFTS[draft], **decoding, "draft_cost": args.draft_cost})
+                steps = max(s.forward_passes - len(prompts), 1)  # verification steps (one prefill per prompt)
+                print(f"| {name} | {draft} | {label} | {s.acceptance_rate:.3f} | {s.tokens_per_forward:.2f} | "
+                      f"{s.draft_tokens / steps:.1f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -58,7 +58,23 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     parser.add_argument("--plot", default=None, help="speedup against batch size (needs matplotlib)")
+    parser.add_argument("--draft-cost", type=draft_cost, default=None,
+                        help="lookahead's draft_cost: 'auto' (measured once), a number or 'overhead,per_token' "
+                             "(default: lookahead's default)")
     return parser.parse_args(argv)
+
+
+def draft_cost(text: str):
+    """'auto', a number, or 'overhead,per_token' as `lookahead.generate` takes them."""
+    if text == "auto":
+        return text
+    try:
+        numbers = tuple(float(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected 'auto', a number or 'overhead,per_token', got {text!r}")
+    if len(numbers) > 2:
+        raise argparse.ArgumentTypeError(f"expected at most two numbers, got {text!r}")
+    return numbers[0] if len(numbers) == 1 else numbers
 
 
 def main(argv=None) -> None:
@@ -77,10 +93,12 @@ def main(argv=None) -> None:
 
     timings = []
     for name, pairs in datasets.items():
-        timings += e2e.run_e2e(model, pairs, name, args.methods, batches, EOS, True, args.max_new, tqdm)
+        timings += e2e.run_e2e(model, pairs, name, args.methods, batches, EOS, True, args.max_new, tqdm,
+                               args.draft_cost)
     params = sum(p.numel() for p in model.parameters()) / 1e6
     print(f"\nrandom-weight {args.shape} Llama ({params:.0f}M parameters), {args.device} {args.dtype}, torch threads "
-          f"{torch.get_num_threads()}, recorded outputs forced, at most {args.max_new} new tokens\n")
+          f"{torch.get_num_threads()}, recorded outputs forced, at most {args.max_new} new tokens, draft_cost "
+          f"{args.draft_cost or 'default'}\n")
     print(e2e.markdown(timings))
     ratio = e2e.forward_cost_ratio(model)
     print(f"\nForward cost ratio: an 11-token forward costs {ratio:.2f}x a 1-token forward (after 512 cached tokens)")

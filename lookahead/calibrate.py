@@ -2,54 +2,72 @@
 
 On a GPU at batch 1 a forward over 32 tokens costs about what a forward over 1 costs; on a CPU, or at large batch,
 every verified token adds compute, and on a CPU any multi-token forward costs well over a one-token one (a
-matrix-vector product). `measure_draft_cost` times forwards over a filled KV cache and fits that;
-pass the result as `generate(..., draft_cost=...)`.
+matrix-vector product). `measure_draft_cost` times forwards over a filled KV cache and returns the measured curve;
+pass it as `generate(..., draft_cost=...)`, or pass `draft_cost="auto"` to have it measured once per model (and
+device, dtype and thread count) on first use.
 """
 from __future__ import annotations
 
+import logging
 import time
+import weakref
 
 import numpy as np
 import torch
 
+from .policy import CostCurve
 from .verify import new_cache, rollback
 
+logger = logging.getLogger(__name__)
+_MEASURED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> {conditions: CostCurve}
 
-def forward_times(model, sizes=(1, 4, 8, 16, 32), context: int = 512, batch: int = 1, repeats: int = 5) -> dict:
-    """Median seconds of one forward over n new tokens (n in `sizes`) after `context` cached tokens."""
+
+def forward_times(model, sizes=(1, 4, 8, 16, 32), context: int = 512, batch: int = 1, repeats: int = 3) -> dict:
+    """Median seconds of one forward over n new tokens (n in `sizes`) after `context` cached tokens.
+
+    The sizes take turns (one round warms up, then `repeats` timed rounds), so that drift in the machine's speed
+    falls on every size alike rather than on whichever was timed first."""
     device = model.device
     vocab = model.get_input_embeddings().num_embeddings
     g = torch.Generator().manual_seed(0)
+    samples = {n: [] for n in sizes}
     with torch.inference_mode():
         cache = new_cache(model)
         model(input_ids=torch.randint(0, vocab, (batch, context), generator=g).to(device), past_key_values=cache,
               use_cache=True)
-        times = {}
-        for n in sizes:
-            samples = []
-            for _ in range(repeats + 1):  # the first run warms up
+        for _ in range(repeats + 1):
+            for n in sizes:
                 ids = torch.randint(0, vocab, (batch, n), generator=g).to(device)
                 start = time.perf_counter()
                 model(input_ids=ids, past_key_values=cache, use_cache=True).logits.argmax(-1).cpu()
-                samples.append(time.perf_counter() - start)
+                samples[n].append(time.perf_counter() - start)
                 rollback(cache, context)
-            times[n] = float(np.median(samples[1:]))
-    return times
+    return {n: float(np.median(t[1:])) for n, t in samples.items()}
 
 
-def measure_draft_cost(model, context: int = 512, batch: int = 1, max_tokens: int = 32) -> tuple:
-    """(overhead, per_token) of verification on this machine, as fractions of a one-token forward.
+def measure_draft_cost(model, context: int = 512, batch: int = 1, max_tokens: int = 32) -> CostCurve:
+    """The cost of verifying k = 0..max_tokens drafts on this machine, in one-token forwards (a `CostCurve`).
 
-    Fits t(n) = t(1) * (1 + overhead + per_token * n) for n = 1 + k verified tokens, k >= 1 drafts, by least
-    squares; both are clipped at 0.
+    Times forwards over 1 + k new tokens for a spread of k (interpolated in between) after `context` cached tokens:
+    about 40 forwards. `CostCurve.linear()` gives the closest (overhead, per_token) pair.
 
     Example:
-        >>> cost = measure_draft_cost(model)        # e.g. ~(0, 0.01) on a GPU, ~(0.8, 0.08) on a CPU
+        >>> cost = measure_draft_cost(model)        # ~1.0 everywhere on a GPU; ~1.5-2.5 on a CPU
         >>> generate(model, ids, lookup="suffix", draft="tree", draft_cost=cost)
     """
-    sizes = sorted({1, 2, 4, 8, 16, max_tokens})
+    sizes = sorted({n for n in (1, 2, 3, 4, 5, 6, 8, 11, 16, 24, 33, 48, 64) if n <= max_tokens} | {1, max_tokens + 1})
     times = forward_times(model, sizes, context, batch)
-    k = np.array(sizes[1:], dtype=float) - 1.0
-    ratio = np.array([times[s] for s in sizes[1:]]) / times[1]
-    per_token, intercept = np.polyfit(k, ratio, 1)
-    return max(float(intercept) - 1.0, 0.0), max(float(per_token), 0.0)
+    curve = np.interp(np.arange(1, max_tokens + 2), sizes, [times[n] for n in sizes])
+    return CostCurve(curve / curve[0])
+
+
+def measured_draft_cost(model, max_tokens: int) -> CostCurve:
+    """`measure_draft_cost(model, max_tokens=max_tokens)`, measured once per model, device, dtype and thread count."""
+    key = (str(model.device), str(model.dtype), torch.get_num_threads(), max_tokens)
+    known = _MEASURED.setdefault(model, {})
+    if key not in known:
+        start = time.perf_counter()
+        known[key] = measure_draft_cost(model, max_tokens=max_tokens)
+        logger.info("lookahead: measured the verification cost in %.1f s: %r", time.perf_counter() - start,
+                    known[key])
+    return known[key]

@@ -19,7 +19,8 @@ import torch
 from . import _validate as V
 from .index import NgramIndex, SuffixIndex
 from .outputs import Recorder
-from .policy import DraftLength, as_cost, row_cost
+from .calibrate import measured_draft_cost
+from .policy import DraftLength, TreeCalibration, as_cost, row_cost
 from .processing import Scorer, Stopper, Streamer, max_new_tokens as _max_new
 from .seq2seq import Seq2SeqLM
 from .settings import (GenerationStats, Settings, check_supported, check_tree, eos_override, hf_kwargs,
@@ -51,7 +52,7 @@ class _Run:
     recorder: Recorder | None
     stats: GenerationStats
     num_draft_tokens: int
-    draft_cost: tuple  # (overhead, per_token), see lookahead.policy
+    draft_cost: object  # (overhead, per_token) or a CostCurve, see lookahead.policy
     max_draft_nodes: int = 0  # > 0: tree drafts of at most this many nodes
 
 
@@ -64,7 +65,7 @@ def generate(
     max_ngram: int = 4,
     min_ngram: int = 1,
     num_draft_tokens: int = 10,
-    draft_cost: float | None = None,
+    draft_cost: float | tuple | str | None = None,
     draft: str = "chain",
     max_draft_nodes: int = 32,
     memory=None,
@@ -96,8 +97,9 @@ def generate(
         draft_cost: what verification costs, as a fraction of a one-token forward: the cost of one more verified
             token, or a pair (overhead of any multi-token forward, cost per token); drafts and trees are only as
             large as the acceptance seen so far pays for (`lookahead.policy`). Default: (0.8, 0.08) on CPU,
-            (0, 0.02) on an accelerator; `lookahead.calibrate.measure_draft_cost(model)` measures it. 0 always
-            drafts `num_draft_tokens` when there is a match.
+            (0, 0.02) on an accelerator. "auto" measures the cost of every draft size on this machine once per
+            model (about 40 forwards, `lookahead.calibrate.measure_draft_cost`, which also returns a curve to
+            pass here). 0 always drafts `num_draft_tokens` when there is a match.
         draft: "chain" (one continuation) or "tree" (several continuations verified together in one forward with a
             tree attention mask; needs lookup="suffix" and a decoder-only model; greedy or sampling).
         max_draft_nodes: most tree nodes verified per row and step (draft="tree").
@@ -203,8 +205,9 @@ def _decode(target, rows: _Rows, run: _Run, max_new: int) -> list:
     _, first = run.accept(none, np.zeros(len(outs), dtype=np.int64), scores)
     rows = _drop(target, rows, _append(rows, outs, [[t] for t in first], run, scores, logits))
     policy = DraftLength(run.num_draft_tokens, run.draft_cost)
+    calibration = TreeCalibration()
     while rows.ids and run.max_draft_nodes:
-        rows = _tree_step(target, rows, outs, run, max_new)
+        rows = _tree_step(target, rows, outs, run, max_new, calibration)
     while rows.ids:
         drafts, lens, matches = _propose(rows, outs, policy, max_new)
         lens = run.scorer.cut(drafts, lens, rows, outs)  # drafts a processor forbids never reach the model
@@ -228,20 +231,28 @@ def _advance(target, rows: _Rows, outs, run: _Run, gained: list, drafted: int, s
     return _drop(target, rows, _append(rows, outs, gained, run, scores, logits))
 
 
-def _tree_step(target, rows: _Rows, outs, run: _Run, max_new: int) -> _Rows:
-    """Propose a tree per row, verify all of it in one forward, keep the longest path the target agrees with."""
+def _tree_step(target, rows: _Rows, outs, run: _Run, max_new: int, calibration: TreeCalibration) -> _Rows:
+    """Propose a tree per row, verify all of it in one forward, keep the longest path the target agrees with.
+
+    Each tree is cut to the size that pays for its verification, judged by the index's node probabilities as
+    calibrated against the acceptance seen so far (`calibration`, updated here)."""
     budget = [min(run.max_draft_nodes, max_new - len(outs[rid]) - 1) for rid in rows.ids]
     cost = row_cost(run.draft_cost, len(rows.ids))
-    trees = []
+    trees, estimates = [], []
     for ix, n in zip(rows.indexes, budget):
         tokens, parents, probs = ix.propose_tree(max(n, 0), with_probs=True)
-        keep = T.best_size(probs, cost)  # the tree size that pays for its verification
+        keep = T.best_size(calibration(probs), cost)
         trees.append((tokens[:keep], parents[:keep]))
+        estimates.append(probs[:keep])
     tokens, parents, sizes = T.pack_trees(trees)
     seen, depth = T.ancestry(parents)
     logits = target.verify_tree(rows.last, tokens, seen, depth, run.stats)  # [b, N+1, V]
     scores = _tree_scores(run.scorer, logits, rows, outs, tokens, seen)
     paths, bonus = run.accept_tree(tokens, parents, sizes, scores)
+    for probs, path in zip(estimates, paths):
+        on_path = np.zeros(len(probs), dtype=bool)
+        on_path[path] = True
+        calibration.update(probs, on_path)
     target.commit_path(paths)
     gained = [list(tokens[i, p]) + [bonus[i]] for i, p in enumerate(paths)]
     cols = torch.from_numpy(T.path_slots(paths)).to(scores.device)  # [b, W] columns along each accepted path
@@ -387,7 +398,7 @@ def _make_run(model, batch: int, processors, criteria, config, settings: Setting
     recorder = None
     if config.return_dict_in_generate:
         recorder = Recorder(batch, bool(config.output_scores), bool(config.output_logits))
-    cost = as_cost(settings.draft_cost) if settings.draft_cost is not None else _default_cost(model)
+    cost = _draft_cost(model, settings)
     return _Run(Scorer(processors, batch), Stopper(criteria, eos, max_new), *_rules(config, settings.generator, model),
                 Streamer(settings.streamer, batch), recorder, settings.stats, settings.num_draft_tokens, cost,
                 settings.max_draft_nodes if settings.draft == "tree" else 0)
@@ -446,6 +457,16 @@ def _assemble(input_ids: torch.Tensor, outs: list, pad: int) -> torch.Tensor:
 
 def _ids(tensor) -> tuple:
     return () if tensor is None else tuple(int(t) for t in tensor.reshape(-1).tolist())
+
+
+def _draft_cost(model, settings: Settings):
+    """The verification cost model: as given, measured on first use ("auto"), or the device's default."""
+    if settings.draft_cost is None:
+        return _default_cost(model)
+    if isinstance(settings.draft_cost, str):  # "auto"
+        most = max(settings.num_draft_tokens, settings.max_draft_nodes if settings.draft == "tree" else 0)
+        return measured_draft_cost(model, max(most, 1))
+    return as_cost(settings.draft_cost)
 
 
 def _default_cost(model) -> tuple:

@@ -14,32 +14,115 @@ import numpy as np
 _BUCKETS = np.array([0, 1, 2, 3, 4, 6, 8, 12, 16, 32])  # lower edges of match-length buckets
 
 
-def as_cost(cost) -> tuple:
-    """(overhead, per_token) from a number (per_token, no overhead) or a pair."""
+class CostCurve:
+    """A measured verification cost: ``costs[k]`` is a forward verifying k drafts, in one-token forwards.
+
+    The curve is what `lookahead.calibrate.measure_draft_cost` measures. It need not be linear, nor even increasing:
+    on a CPU a forward over 3 tokens can cost more than one over 8 (the matrix kernels change). Verifying k drafts
+    never needs to cost more than verifying more of them (pad the draft), so the curve used is the cheapest cost
+    of any k' >= k (and never less than a one-token forward). Beyond the measured range it grows by the slope fitted to the measured points.
+
+    Example:
+        >>> CostCurve([1.0, 1.9, 2.2, 1.8]).costs.tolist()
+        [1.0, 1.8, 1.8, 1.8]
+    """
+
+    def __init__(self, costs):
+        costs = np.asarray(costs, dtype=float)
+        if costs.ndim != 1 or len(costs) < 2 or not np.all(np.isfinite(costs)) or np.any(costs <= 0):
+            raise ValueError(f"a cost curve needs at least 2 positive costs (k = 0, 1, ...), got {costs!r}")
+        costs = costs / costs[0]
+        costs[1:] = np.maximum(np.minimum.accumulate(costs[1:][::-1])[::-1], 1.0)  # timing noise aside, never < 1
+        self.costs = costs
+        k = np.arange(1, len(self.costs))
+        self.slope = max(float(np.polyfit(k, self.costs[1:], 1)[0]), 0.0) if len(k) > 1 else 0.0
+
+    def __call__(self, k):
+        k = np.asarray(k)
+        last = len(self.costs) - 1
+        return self.costs[np.minimum(k, last)] + self.slope * np.maximum(k - last, 0)
+
+    def linear(self) -> tuple:
+        """The (overhead, per_token) line closest to the measured multi-token costs (least squares, clipped at 0)."""
+        k = np.arange(1, len(self.costs))
+        if len(k) == 1:
+            return max(float(self.costs[1]) - 1.0, 0.0), 0.0
+        per_token, intercept = np.polyfit(k, self.costs[1:], 1)
+        return max(float(intercept) - 1.0, 0.0), max(float(per_token), 0.0)
+
+    def __repr__(self) -> str:
+        return f"CostCurve({np.round(self.costs, 3).tolist()})"
+
+
+def as_cost(cost):
+    """(overhead, per_token) from a number (per_token, no overhead) or a pair; a `CostCurve` stays as it is."""
+    if isinstance(cost, CostCurve):
+        return cost
     if isinstance(cost, (tuple, list)):
         overhead, per_token = cost
         return float(overhead), float(per_token)
     return 0.0, float(cost)
 
 
-def row_cost(cost: tuple, batch: int) -> tuple:
+def row_cost(cost, batch: int):
     """A row's share of the cost model in a batch of `batch` rows.
 
     A forward over T tokens costs about 1 + overhead * [T > 1] + per_token * (T - 1) one-token forwards. A row owns
     1/batch of the plain step t(batch) and all of its own drafts: drafting k costs it 1 + per_token * k * batch /
-    t(batch) of its share, and the overhead is already paid by any batch > 1.
+    t(batch) of its share, and the overhead is already paid by any batch > 1. A measured curve (taken at batch 1)
+    enters as its closest line.
     """
-    overhead, per_token = cost
     if batch <= 1:
         return cost
+    overhead, per_token = cost.linear() if isinstance(cost, CostCurve) else cost
     plain = 1.0 + overhead + per_token * (batch - 1)
     return 0.0, per_token * batch / plain
 
 
-def step_cost(cost: tuple, k):
+def step_cost(cost, k):
     """Cost of a step verifying k drafts (array or int), in one-token forwards."""
+    if isinstance(cost, CostCurve):
+        return cost(k)
     overhead, per_token = cost
     return 1.0 + overhead * (np.asarray(k) > 0) + per_token * np.asarray(k)
+
+
+class TreeCalibration:
+    """Maps a draft tree's estimated node probabilities to the acceptance actually seen, online.
+
+    An index estimates how likely each node is to be accepted; on text unlike what it has learned from those
+    estimates can be off by a factor of ten (a node put at 0.5% accepted 8% of the time). Each verified node is
+    recorded in a bin of its estimate; the calibrated probability is the bin's acceptance rate, shrunk towards the
+    estimate by `prior` pseudo-observations. Calibrated values are kept non-increasing along the best-first order,
+    so the first n nodes stay the best tree of n nodes.
+
+    Example:
+        >>> cal = TreeCalibration()
+        >>> cal.update(np.array([0.9, 0.004]), np.array([True, True]))
+        >>> cal(np.array([0.9, 0.004])).round(3).tolist()
+        [0.92, 0.203]
+    """
+
+    EDGES = np.array([0.0, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9])
+
+    def __init__(self, prior: float = 4.0):
+        self.prior = prior
+        self.accepted = np.zeros(len(self.EDGES))
+        self.seen = np.zeros(len(self.EDGES))
+
+    def __call__(self, probs: np.ndarray) -> np.ndarray:
+        b = self._bin(probs)
+        calibrated = (self.accepted[b] + self.prior * probs) / (self.seen[b] + self.prior)
+        return np.minimum.accumulate(calibrated)
+
+    def update(self, probs: np.ndarray, accepted: np.ndarray) -> None:
+        """Record verified nodes: their estimated probabilities and whether each was on the accepted path."""
+        b = self._bin(probs)
+        np.add.at(self.accepted, b, accepted)
+        np.add.at(self.seen, b, 1.0)
+
+    def _bin(self, probs: np.ndarray) -> np.ndarray:
+        return np.searchsorted(self.EDGES, probs, side="right") - 1
 
 
 class DraftLength:
@@ -47,8 +130,8 @@ class DraftLength:
 
     Args:
         max_tokens: the most draft tokens per step.
-        cost: the verification cost model, `per_token` or `(overhead, per_token)`, as fractions of a one-token
-            forward (see `as_cost`).
+        cost: the verification cost model, `per_token`, `(overhead, per_token)` as fractions of a one-token
+            forward, or a measured `CostCurve` (see `as_cost`).
         prior: (accepted, rejected) pseudo-counts each bucket starts from.
 
     Example:

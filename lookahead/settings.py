@@ -9,6 +9,7 @@ from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteria
 from transformers.generation.stopping_criteria import StopStringCriteria
 
 from . import _validate as V
+from .policy import CostCurve
 
 DEFAULT_MAX_NEW_TOKENS = 128
 
@@ -50,7 +51,7 @@ class Settings:
     max_ngram: int = 4
     min_ngram: int = 1
     num_draft_tokens: int = 10
-    draft_cost: float | None = None
+    draft_cost: object = None  # None, a number, (overhead, per_token), a CostCurve or "auto"
     documents: list | None = None  # None, or per-row lists of 1-D int64 arrays
     generator: torch.Generator | int | None = None
     streamer: object = None
@@ -71,7 +72,8 @@ def make_settings(lookup="ngram", max_ngram=4, min_ngram=1, num_draft_tokens=10,
         raise ValueError(f"min_ngram must be <= max_ngram, got min_ngram={min_ngram} > max_ngram={max_ngram}")
     V.check_int("num_draft_tokens", num_draft_tokens, 0)
     if draft_cost is not None and not _is_cost(draft_cost):
-        raise ValueError(f"draft_cost must be a number >= 0, a pair of them or None, got {draft_cost!r}")
+        raise ValueError(f"draft_cost must be a number >= 0, a pair of them, a CostCurve, 'auto' or None, "
+                         f"got {draft_cost!r}")
     if generator is not None and not isinstance(generator, torch.Generator):
         V.check_int("generator", generator, 0)
     docs = as_documents(documents, tokenizer)
@@ -94,7 +96,8 @@ def check_tree(draft: str, max_draft_nodes: int, lookup: str, model) -> dict:
 def _is_cost(value) -> bool:
     def number(x):
         return isinstance(x, (int, float)) and not isinstance(x, bool) and x >= 0
-    return number(value) or (isinstance(value, (tuple, list)) and len(value) == 2 and all(map(number, value)))
+    pair = isinstance(value, (tuple, list)) and len(value) == 2 and all(map(number, value))
+    return number(value) or pair or isinstance(value, CostCurve) or (isinstance(value, str) and value == "auto")
 
 
 def as_documents(documents, tokenizer=None) -> list | None:

@@ -32,7 +32,7 @@ IDS = torch.tensor([[5, 6, 7, 8]])
         ((IDS,), {"max_ngram": 2, "min_ngram": 3}, ValueError, "min_ngram must be <= max_ngram"),
         ((IDS,), {"num_draft_tokens": -1}, ValueError, "num_draft_tokens must be >= 0, got -1"),
         ((IDS,), {"num_draft_tokens": 2.0}, TypeError, "num_draft_tokens must be an int, got float"),
-        ((IDS,), {"draft_cost": -1}, ValueError, "draft_cost must be a number >= 0, a pair of them or None, got -1"),
+        ((IDS,), {"draft_cost": -1}, ValueError, "draft_cost must be a number >= 0, a pair of them, a CostCurve, 'auto' or None, got -1"),
         ((IDS,), {"max_new_tokens": 0}, ValueError, "max_new_tokens must be >= 1, got 0"),
         ((IDS,), {"lookup": "bogus"}, ValueError, "lookup must be one of 'ngram', 'suffix', 'none', got 'bogus'"),
         ((IDS,), {"max_new_tokens": 600}, ValueError,

@@ -160,8 +160,8 @@ def left_pad(prompts, pad: int, device) -> tuple[torch.Tensor, torch.Tensor]:
     return ids.to(device), mask.to(device)
 
 
-def generate_with(method: str, model, ids, mask, max_new: int, eos: int, processors: list):
-    """Run one method; LongTensor [b, prompt + new]."""
+def generate_with(method: str, model, ids, mask, max_new: int, eos: int, processors: list, draft_cost=None):
+    """Run one method (lookahead ones with `draft_cost`, see `lookahead.generate`); LongTensor [b, prompt + new]."""
     from transformers import LogitsProcessorList
 
     if method in (GREEDY, HF_LOOKUP):
@@ -176,11 +176,11 @@ def generate_with(method: str, model, ids, mask, max_new: int, eos: int, process
     tree = {"draft": "tree", "max_draft_nodes": TREE_NODES} if mode.endswith("-tree") else {}
     return generate(model, ids, attention_mask=mask, lookup=mode.removesuffix("-tree"), num_draft_tokens=HF_NUM_TOKENS,
                     max_new_tokens=max_new, eos_token_id=eos, pad_token_id=eos,
-                    logits_processor=LogitsProcessorList(processors), **tree)
+                    logits_processor=LogitsProcessorList(processors), draft_cost=draft_cost, **tree)
 
 
 def run_e2e(model, traces, dataset: str = "traces", methods=None, batch_sizes=(1,), eos: int = 0, force: bool = True,
-            max_new: int = 128, progress=None) -> list:
+            max_new: int = 128, progress=None, draft_cost=None) -> list:
     """Time every method on the same prompts at each batch size; one `Timing` per (batch size, method).
 
     Args:
@@ -194,6 +194,8 @@ def run_e2e(model, traces, dataset: str = "traces", methods=None, batch_sizes=(1
         force: force the recorded outputs (random-weight targets); else the model writes `max_new` tokens.
         max_new: most new tokens per prompt.
         progress: wraps the list of batches (e.g. ``tqdm``).
+        draft_cost: lookahead's verification cost model (None: its default; "auto": measured during the warm-up,
+            before any timing).
     Returns:
         list of `Timing`.
     """
@@ -205,17 +207,18 @@ def run_e2e(model, traces, dataset: str = "traces", methods=None, batch_sizes=(1
     try:
         for method in methods:  # compile, allocate, load kernels before the clock runs
             ids, mask = left_pad([traces[0][0]], eos, model.device)
-            generate_with(method, model, ids, mask, 4, eos, processors)
+            generate_with(method, model, ids, mask, 4, eos, processors, draft_cost)
         timings = []
         for batch in batch_sizes:
             timings += _run_batches(model, traces, dataset, methods, batch, eos, force, max_new, processors, calls,
-                                    progress)
+                                    progress, draft_cost)
     finally:
         hook.remove()
     return timings
 
 
-def _run_batches(model, traces, dataset, methods, batch, eos, force, max_new, processors, calls, progress) -> list:
+def _run_batches(model, traces, dataset, methods, batch, eos, force, max_new, processors, calls, progress,
+                 draft_cost) -> list:
     """Timings of each method at one batch size, the methods taking turns on each batch (so load drift is shared)."""
     timings = {m: Timing(dataset, batch, m) for m in methods}
     if batch > 1 and HF_LOOKUP in timings:
@@ -228,7 +231,8 @@ def _run_batches(model, traces, dataset, methods, batch, eos, force, max_new, pr
         outs = {}
         for method, timing in timings.items():
             calls[0] = 0
-            out, seconds = _timed(lambda: generate_with(method, model, ids, mask, new, eos, processors), model.device)
+            out, seconds = _timed(lambda: generate_with(method, model, ids, mask, new, eos, processors, draft_cost),
+                                  model.device)
             outs[method] = _new_tokens(out, ids.shape[1], eos)
             timing.seconds, timing.prefill = timing.seconds + seconds, timing.prefill + prefill
             timing.forwards += calls[0]

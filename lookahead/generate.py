@@ -207,7 +207,7 @@ def _decode(target, rows: _Rows, run: _Run, max_new: int) -> list:
     policy = DraftLength(run.num_draft_tokens, run.draft_cost)
     calibration = TreeCalibration()
     while rows.ids and run.max_draft_nodes:
-        rows = _tree_step(target, rows, outs, run, max_new, calibration)
+        rows = _tree_step(target, rows, outs, run, max_new, calibration, policy)
     while rows.ids:
         drafts, lens, matches = _propose(rows, outs, policy, max_new)
         lens = run.scorer.cut(drafts, lens, rows, outs)  # drafts a processor forbids never reach the model
@@ -231,19 +231,24 @@ def _advance(target, rows: _Rows, outs, run: _Run, gained: list, drafted: int, s
     return _drop(target, rows, _append(rows, outs, gained, run, scores, logits))
 
 
-def _tree_step(target, rows: _Rows, outs, run: _Run, max_new: int, calibration: TreeCalibration) -> _Rows:
+def _tree_step(target, rows: _Rows, outs, run: _Run, max_new: int, calibration: TreeCalibration,
+               policy: DraftLength) -> _Rows:
     """Propose a tree per row, verify all of it in one forward, keep the longest path the target agrees with.
 
     Each tree is cut to the size that pays for its verification, judged by the index's node probabilities as
-    calibrated against the acceptance seen so far (`calibration`, updated here)."""
+    calibrated against the acceptance seen so far (`calibration`, updated here), and never below what holds the
+    chain `policy` would draft (its first path, as long as the chain's learned acceptance pays for; updated here)."""
     budget = [min(run.max_draft_nodes, max_new - len(outs[rid]) - 1) for rid in rows.ids]
     cost = row_cost(run.draft_cost, len(rows.ids))
-    trees, estimates = [], []
-    for ix, n in zip(rows.indexes, budget):
+    matches = np.array([ix.match_length for ix in rows.indexes], dtype=np.int64)
+    trees, estimates, chains = [], [], []
+    for ix, n, k in zip(rows.indexes, budget, policy.choose(matches)):
         tokens, parents, probs = ix.propose_tree(max(n, 0), with_probs=True)
-        keep = T.best_size(calibration(probs), cost)
+        chain = T.first_path(parents, int(k))
+        keep = max(T.best_size(calibration(probs), cost), chain[-1] + 1 if chain else 0)
         trees.append((tokens[:keep], parents[:keep]))
         estimates.append(probs[:keep])
+        chains.append(chain)
     tokens, parents, sizes = T.pack_trees(trees)
     seen, depth = T.ancestry(parents)
     logits = target.verify_tree(rows.last, tokens, seen, depth, run.stats)  # [b, N+1, V]
@@ -253,6 +258,9 @@ def _tree_step(target, rows: _Rows, outs, run: _Run, max_new: int, calibration: 
         on_path = np.zeros(len(probs), dtype=bool)
         on_path[path] = True
         calibration.update(probs, on_path)
+    followed = [next((d for d, (a, b) in enumerate(zip(c, p)) if a != b), min(len(c), len(p)))
+                for c, p in zip(chains, paths)]  # accepted tokens of each chain
+    policy.update(matches, np.array([len(c) for c in chains], dtype=np.int64), np.array(followed, dtype=np.int64))
     target.commit_path(paths)
     gained = [list(tokens[i, p]) + [bonus[i]] for i, p in enumerate(paths)]
     cols = torch.from_numpy(T.path_slots(paths)).to(scores.device)  # [b, W] columns along each accepted path

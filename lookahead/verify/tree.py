@@ -152,6 +152,22 @@ def path_slots(paths: list) -> np.ndarray:
     return slots
 
 
+def first_path(parents: np.ndarray, k: int) -> list:
+    """Node indices of a best-first tree's first path (the first child at each depth), at most k deep.
+
+    >>> first_path(np.array([-1, -1, 0, 1, 2]), 5)
+    [0, 2, 4]
+    """
+    path, node = [], -1
+    while len(path) < k:
+        children = np.flatnonzero(parents == node)
+        if len(children) == 0:
+            break
+        node = int(children[0])
+        path.append(node)
+    return path
+
+
 def best_size(probs: np.ndarray, cost) -> int:
     """How many of the best-first nodes to verify: the n maximizing expected tokens per unit of forward cost,
     (1 + p_1 + ... + p_n) / step_cost(n), with p_i the nodes' acceptance probabilities (non-increasing) and `cost`

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from peers import HindsightOracle, SuffixDecoding, VllmNgram, suffix_decoding_available  # noqa: E402
+from peers import AnchoredOracle, HindsightOracle, SuffixDecoding, VllmNgram, suffix_decoding_available  # noqa: E402
 from traces import DATASETS, DEFAULT_CACHE_DIR, DEFAULT_DATA_DIR, load_traces  # noqa: E402
 
 from lookahead.bench import plot as bench_plot  # noqa: E402
@@ -59,7 +59,13 @@ def build_methods(selected: set[str], budget: int, tree_budget: int, hf_exact: b
     elif selected & {"suffix", "suffix-tree", "suffix-global"}:
         print("note: arctic_inference is not installed; skipping SuffixDecoding (see benchmarks/README.md)",
               file=sys.stderr)
-    methods.append(("oracle", "hindsight best single copy", lambda: lambda trace: HindsightOracle(trace[1]), False))
+    methods += [
+        ("oracle", "hindsight best single copy", lambda: lambda trace: HindsightOracle(trace[1]), False),
+        ("ceiling", "ceiling: best occurrence of the last token",
+         lambda: lambda trace: AnchoredOracle(trace[1], longest=False), False),
+        ("ceiling-longest", "ceiling: best occurrence of the longest suffix",
+         lambda: lambda trace: AnchoredOracle(trace[1], longest=True), False),
+    ]
     return [m for m in methods if m[0] in selected]
 
 
@@ -95,7 +101,7 @@ def plot(results: dict, rows: list[str], datasets: list[str], path: str) -> None
 
 def parse_args(argv=None) -> argparse.Namespace:
     keys = ["ngram", "suffix-index", "suffix-index-tree", "hf2", "hf4", "vllm", "suffix", "suffix-tree",
-            "suffix-global", "oracle"]
+            "suffix-global", "oracle", "ceiling", "ceiling-longest"]
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
     parser.add_argument("--datasets", nargs="+", choices=list(DATASETS), default=list(DATASETS))

@@ -7,6 +7,7 @@ beyond Hugging Face's (vLLM's n-gram rule, SuffixDecoding).
 
     python benchmarks/index_speed.py                 # markdown table of median (and mean) microseconds per step
     python benchmarks/index_speed.py --steps 500 --sizes 1000 32000 --plot index.png
+    python benchmarks/index_speed.py --tree 32      # propose_tree(32) + extend(3), drafters with trees
 """
 from __future__ import annotations
 
@@ -53,6 +54,8 @@ def main(argv=None) -> None:
     parser.add_argument("--torch-threads", type=int, default=1,
                         help="torch intra-op threads for HF (default 1, like every other drafter here: with other "
                              "work on the cores, 2 threads made HF 40x slower at 32k)")
+    parser.add_argument("--tree", type=int, default=0,
+                        help="time propose_tree(TREE) instead of propose(10), for the drafters that have it")
     parser.add_argument("--plot", default=None, help="write a log-log figure (needs matplotlib)")
     args = parser.parse_args(argv)
     if not args.data_dir.is_dir():
@@ -68,13 +71,15 @@ def main(argv=None) -> None:
         from tqdm import tqdm as progress
     except ImportError:
         progress = None
-    results = S.measure(makers, pool, sizes, args.steps, MAX_SIZE, progress=progress)
-    print(f"\nMicroseconds per step: median (mean) of propose(10) + extend(3 tokens), after a context of "
+    results = S.measure(makers, pool, sizes, args.steps, MAX_SIZE, progress=progress, tree=args.tree)
+    proposal = f"propose_tree({args.tree})" if args.tree else "propose(10)"
+    print(f"\nMicroseconds per step: median (mean) of {proposal} + extend(3 tokens), after a context of "
           f"(torch threads: {args.torch_threads})\n")
-    print(S.markdown(results, list(makers), sizes))
+    labels = [label for label in makers if any(key[0] == label for key in results)]
+    print(S.markdown(results, labels, sizes))
     if args.plot:
         try:
-            bench_plot.step_cost(results, list(makers), sizes, args.plot, "drafter cost per step (real text)")
+            bench_plot.step_cost(results, labels, sizes, args.plot, "drafter cost per step (real text)")
             print(f"plot written to {args.plot}")
         except ValueError as error:
             print(f"note: {error}; no plot written", file=sys.stderr)

@@ -41,6 +41,21 @@ def continues_an_occurrence(tokens, path, ends):
     return False
 
 
+def is_frequent(tokens, token, top=32):
+    """Whether `token` is among the `top` most frequent of `tokens` (ties count for it)."""
+    counts = {t: tokens.count(t) for t in set(tokens)}
+    return token in counts and sum(c > counts[token] for c in counts.values()) < top
+
+
+def copies_or_guesses(tokens, path, ends):
+    """A draft path of the default index: a copy (`continues_an_occurrence`), or a guess, a frequent token,
+    followed by a copy of what followed one of its occurrences."""
+    if continues_an_occurrence(tokens, path, ends):
+        return True
+    guess_ends = [e for e in range(1, len(tokens)) if tokens[e - 1] == path[0]]
+    return is_frequent(tokens, path[0]) and continues_an_occurrence(tokens, path[1:], guess_ends)
+
+
 def root_paths(tokens, parents):
     """Token path from the root to every node of a draft tree."""
     paths = []
@@ -62,8 +77,8 @@ def first_path(tokens, parents):
 
 @given(any_tokens(), st.integers(0, 40), st.sampled_from([0.0, 0.002, 0.05]))
 def test_every_tree_path_continues_an_occurrence_of_the_longest_suffix(tokens, budget, min_prob):
-    """Each root path copies what followed an earlier occurrence of the longest recurring suffix."""
-    index = SuffixIndex(min_prob=min_prob)
+    """Without guesses, each root path copies what followed an earlier occurrence of the longest recurring suffix."""
+    index = SuffixIndex(min_prob=min_prob, max_guesses=0)
     index.extend(tokens)
     draft, parents = index.propose_tree(budget)
     k, ends = naive_longest_suffix(tokens)
@@ -77,13 +92,31 @@ def test_every_tree_path_continues_an_occurrence_of_the_longest_suffix(tokens, b
 
 
 @given(any_tokens(), st.integers(0, 40), st.sampled_from([0.0, 0.002, 0.05]))
-def test_chain_is_the_first_path_of_the_tree(tokens, budget, min_prob):
-    """propose() is the greedy path; the tree's first path is a prefix of it, and shorter budgets cut it."""
+def test_every_tree_path_copies_or_guesses_a_frequent_token(tokens, budget, min_prob):
+    """With guesses, a root path that is not a copy starts with one of the 32 most frequent tokens held and goes on
+    with what followed it; where the last token is new, every path is such a guess."""
     index = SuffixIndex(min_prob=min_prob)
+    index.extend(tokens)
+    draft, parents = index.propose_tree(budget)
+    k, ends = naive_longest_suffix(tokens)
+    assert all(-1 <= parents[i] < i for i in range(len(parents)))
+    paths = root_paths(draft, parents)
+    assert all(copies_or_guesses(tokens, path, ends) for path in paths)
+    if k == 0:
+        assert all(is_frequent(tokens, path[0]) for path in paths)
+    siblings = [(int(p), int(t)) for p, t in zip(parents, draft)]
+    assert len(set(siblings)) == len(siblings)
+
+
+@given(any_tokens(), st.integers(0, 40), st.sampled_from([0.0, 0.002, 0.05]), st.sampled_from([0, 32]))
+def test_chain_is_the_first_path_of_the_tree(tokens, budget, min_prob, max_guesses):
+    """propose() is the greedy path; the tree's first path is a prefix of it, and shorter budgets cut it."""
+    index = SuffixIndex(min_prob=min_prob, max_guesses=max_guesses)
     index.extend(tokens)
     chain = index.propose(budget).tolist()
     k, ends = naive_longest_suffix(tokens)
-    assert len(chain) <= budget and continues_an_occurrence(tokens, chain, ends)
+    real = continues_an_occurrence if max_guesses == 0 else copies_or_guesses
+    assert len(chain) <= budget and (not chain or real(tokens, chain, ends))
     first = first_path(*index.propose_tree(budget))
     assert chain[:len(first)] == first
     assert index.propose(budget // 2).tolist() == chain[:budget // 2]
@@ -91,12 +124,16 @@ def test_chain_is_the_first_path_of_the_tree(tokens, budget, min_prob):
 
 @given(any_tokens(), st.integers(1, 20))
 def test_nothing_is_proposed_iff_no_suffix_recurs(tokens, budget):
-    """Rule: with min_prob=0 a draft is empty iff not even the last token occurred before; any min_prob only
-    shortens it (a token is drafted iff its path probability >= min_prob)."""
+    """Rule: without guesses and with min_prob=0 a draft is empty iff not even the last token occurred before; any
+    min_prob only shortens it (a token is drafted iff its path probability >= min_prob). With guesses and
+    min_prob=0 there is a draft whenever a token is held."""
     k, _ = naive_longest_suffix(tokens)
+    guessing = SuffixIndex(min_prob=0.0)
+    guessing.extend(tokens)
+    assert (len(guessing.propose(budget)) > 0) == (len(guessing.propose_tree(budget)[0]) > 0) == (len(tokens) > 0)
     drafts = []
     for min_prob in (0.0, 0.01, 0.2, 1.0):
-        index = SuffixIndex(min_prob=min_prob)
+        index = SuffixIndex(min_prob=min_prob, max_guesses=0)
         index.extend(tokens)
         drafts.append(index.propose(budget).tolist())
         assert (len(index.propose_tree(budget)[0]) > 0) == (len(drafts[-1]) > 0)
@@ -129,13 +166,34 @@ def test_follows_the_longest_match_over_a_more_recent_short_one():
 
 
 def test_branches_where_the_evidence_is_split_and_ranks_by_it():
-    """After 1 came 2 three times and 3 once: the chain says 2, the tree offers 3 as well."""
-    index = SuffixIndex(min_prob=0.0)
+    """After 1 came 2 three times and 3 once: the chain says 2, the tree offers 3 as well (and, with guesses, the
+    frequent token 1 after both copies)."""
+    index = SuffixIndex(min_prob=0.0, max_guesses=0)
     index.extend([1, 2, 1, 2, 1, 2, 1, 3, 1])
     assert index.propose(1).tolist() == [2]
     tokens, parents = index.propose_tree(8)
     assert sorted(tokens[parents == -1].tolist()) == [2, 3]
     assert tokens[0] == 2
+    guessing = SuffixIndex(min_prob=0.0)
+    guessing.extend([1, 2, 1, 2, 1, 2, 1, 3, 1])
+    tokens, parents, probs = guessing.propose_tree(8, with_probs=True)
+    assert tokens[parents == -1].tolist() == [2, 3, 1] and guessing.propose(1).tolist() == [2]
+
+
+def test_after_a_new_token_guesses_the_most_frequent_ones():
+    """9 was never seen: nothing to copy, so the draft guesses the frequent tokens, most frequent first, each
+    followed by what followed it; the guesses' hit rates are learned (5 keeps coming after new tokens)."""
+    index = SuffixIndex(min_prob=0.0)
+    index.extend([5, 1, 5, 2, 5, 1, 7, 9])
+    tokens, parents = index.propose_tree(3)
+    assert tokens[parents == -1].tolist()[:2] == [5, 1] and index.propose(2).tolist() == [5, 1]
+    assert index.match_length == 0
+    assert len(SuffixIndex(max_guesses=0).propose(2)) == 0
+    learner = SuffixIndex(min_prob=0.0)
+    for new in range(100, 140):
+        learner.extend([1, 1, 1, new, 6])  # 1 is the most frequent, 6 always follows a new token
+    learner.extend([200])
+    assert learner.propose(1).tolist() == [6]
 
 
 def test_a_copy_that_broke_off_rejoins_its_source_further_on():
@@ -215,6 +273,8 @@ def test_accepts_lists_arrays_and_tensors_and_resets():
         ({"max_branch": 2.0}, "max_branch must be an integer >= 1, got 2.0"),
         ({"memory": 0}, "memory must be a number > 0, got 0"),
         ({"memory": True}, "memory must be a number > 0, got True"),
+        ({"max_guesses": 33}, r"max_guesses must be an integer in \[0, 32\], got 33"),
+        ({"max_guesses": -1}, r"max_guesses must be an integer in \[0, 32\], got -1"),
     ],
 )
 def test_constructor_errors(kwargs, message):

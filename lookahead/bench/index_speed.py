@@ -59,14 +59,19 @@ def synthetic_pool(size: int, vocab: int = 50_000, seed: int = 0) -> np.ndarray:
     return pool
 
 
-def time_steps(proposer, context: np.ndarray, stream: np.ndarray, steps: int, warmup: int = 3) -> np.ndarray:
-    """Nanoseconds per step (``propose(10)`` then ``extend`` of the next 3 tokens) after feeding ``context``."""
+def time_steps(proposer, context: np.ndarray, stream: np.ndarray, steps: int, warmup: int = 3,
+               tree: int = 0) -> np.ndarray:
+    """Nanoseconds per step (``propose(10)``, or ``propose_tree(tree)`` when ``tree`` > 0, then ``extend`` of the
+    next 3 tokens) after feeding ``context``."""
     proposer.extend(context)
     times = np.empty(steps, dtype=np.int64)
     for i in range(warmup + steps):
         chunk = stream[3 * i:3 * i + 3]
         start = time.perf_counter_ns()
-        proposer.propose(10)
+        if tree:
+            proposer.propose_tree(tree)
+        else:
+            proposer.propose(10)
         proposer.extend(chunk)
         if i >= warmup:
             times[i - warmup] = time.perf_counter_ns() - start
@@ -74,7 +79,7 @@ def time_steps(proposer, context: np.ndarray, stream: np.ndarray, steps: int, wa
 
 
 def measure(makers: dict, pool: np.ndarray, sizes, steps: int, max_size: dict | None = None,
-            max_steps: dict | None = None, progress=None) -> dict:
+            max_steps: dict | None = None, progress=None, tree: int = 0) -> dict:
     """``{(label, size): (median µs, mean µs)}`` for each drafter at each context size it supports.
 
     Args:
@@ -84,14 +89,17 @@ def measure(makers: dict, pool: np.ndarray, sizes, steps: int, max_size: dict | 
         steps: timed steps per size (capped per label by ``max_steps``).
         max_size, max_steps: per-label caps (default: HF prompt lookup at 32k tokens and 100 steps).
         progress: wraps the list of (label, size) jobs (e.g. ``tqdm``).
+        tree: time ``propose_tree(tree)`` instead of ``propose(10)``, for the drafters that have it (others skipped).
     """
     max_size = MAX_SIZE if max_size is None else max_size
     max_steps = MAX_STEPS if max_steps is None else max_steps
     jobs = [(label, size) for label in makers for size in sizes
-            if size <= max_size.get(label, size) and size + 3 * (steps + 3) <= len(pool)]
+            if size <= max_size.get(label, size) and size + 3 * (steps + 3) <= len(pool)
+            and (not tree or hasattr(makers[label](), "propose_tree"))]
     results = {}
     for label, size in (progress(jobs) if progress else jobs):
-        times = time_steps(makers[label](), pool[:size], pool[size:], min(steps, max_steps.get(label, steps)))
+        times = time_steps(makers[label](), pool[:size], pool[size:], min(steps, max_steps.get(label, steps)),
+                           tree=tree)
         results[label, size] = (float(np.median(times)) / 1e3, float(times.mean()) / 1e3)
     return results
 

@@ -10,14 +10,19 @@ Layout shared with `suffix.SuffixIndex` (every array is owned by the caller):
     HEAD, DEG  first outgoing edge (-1: none), number of outgoing edges
   ed     int32[E, 4]       edges: TOK, TGT, NEXT (next edge of the same state, -1 ends the list), SRC
   table  int32[T]          open-addressing hash (SRC, TOK) -> edge id, -1 = empty (T a power of two)
-  meta   int64[8]          N tokens, NS states, NE edges, CUR state of the whole text, MAXB max_branch,
+  meta   int64[9]          N tokens, NS states, NE edges, CUR state of the whole text, MAXB max_branch,
                            PTR end of the occurrence the text is copying (-1: none), RUN tokens it agreed for,
-                           CURSOR where the last copy broke off
-  stats  float64[NB*NO+2, 3]
+                           CURSOR where the last copy broke off, MAXG guesses offered after a never-seen token
+                           (a quarter of them beside the continuations of a recurring suffix)
+  top    int64[GK, 3]      the GK most frequent tokens held, their counts and 1-token states, most frequent
+                           first (-1: empty)
+  stats  float64[NB*NO+2+2*GK, 3]
     rows < NB*NO   per (match length, occurrences) bucket: decayed (trials, hits, -) of "the next token was a
                    known continuation of the longest recurring suffix"
     row PARAMS     min_prob, prior_weight, decay
     row VOTE       decayed hits of the continuations of the most recent and of the first occurrence
+    rows GUESS+r   decayed (trials, hits, -) of "the token after a never-seen token is top[r]"
+    rows MISS+r    the same after a recurring suffix, when the token was none of its known continuations
 Counts and positions are updated along at most MAX_WALK suffix links per token: exact unless the text is
 degenerate (a run of one token longer than MAX_WALK), and every proposal stays a real copy either way.
 """
@@ -26,12 +31,14 @@ from numba import njit
 
 LEN, LINK, CNT, LAST, PREV, FIRST, HEAD, DEG = 0, 1, 2, 3, 4, 5, 6, 7
 TOK, TGT, NEXT, SRC = 0, 1, 2, 3
-N, NS, NE, CUR, MAXB, PTR, RUN, CURSOR = 0, 1, 2, 3, 4, 5, 6, 7
+N, NS, NE, CUR, MAXB, PTR, RUN, CURSOR, MAXG = 0, 1, 2, 3, 4, 5, 6, 7, 8
 # candidate rows of the draft search: token, parent node, SAM state (-1: copying hist[POS:]), POS (in a state:
 # the next position of the occurrence followed, or -1), context length, next sibling (-1: none)
 C_TOK, C_PAR, C_STATE, C_POS, C_CTX, C_SIB = 0, 1, 2, 3, 4, 5
 NB, NO = 48, 4
-PARAMS, VOTE = NB * NO, NB * NO + 1
+GK = 32  # frequent tokens kept as guesses
+PARAMS, VOTE, GUESS, MISS = NB * NO, NB * NO + 1, NB * NO + 2, NB * NO + 2 + GK
+GUESSING = -2  # candidate state of the root of a draft from a never-seen token: its children are guesses
 MAX_WALK = 64
 WINDOW = 64  # how far after the point where a copy broke off the text may rejoin its source
 # extra shares: following the copy in progress; ties go to the most recent occurrence's, then the first's
@@ -111,7 +118,8 @@ def _split(st, ed, table, meta, p, q, t):
 
 @njit(cache=True, inline="always")
 def _append(hist, st, ed, table, meta, t):
-    """The online SAM extension by one token, then the occurrence update along the new suffix chain."""
+    """The online SAM extension by one token, then the occurrence update along the new suffix chain. Returns
+    the state of the token alone (-1 if the update stopped short of it)."""
     n = meta[N]
     hist[n], meta[N] = t, n + 1
     cur = _new_state(st, meta, st[meta[CUR], LEN] + 1, -1)
@@ -130,10 +138,12 @@ def _append(hist, st, ed, table, meta, t):
     else:
         st[cur, LINK] = _split(st, ed, table, meta, p, ed[e, TGT], t)
     meta[CUR] = cur
-    x, k = cur, 0
+    x, k, unigram = cur, 0, -1
     while x > 0 and k < MAX_WALK:
         st[x, CNT], st[x, PREV], st[x, LAST] = st[x, CNT] + 1, st[x, LAST], n + 1
+        unigram = x if st[x, LINK] == 0 else unigram
         x, k = st[x, LINK], k + 1
+    return unigram
 
 
 @njit(cache=True, inline="always")
@@ -170,16 +180,55 @@ def _hit_prob(stats, m, occ):
 
 @njit(cache=True, inline="always")
 def _learn(hist, st, ed, table, meta, stats, t):
-    """Score the upcoming token t against the continuations of the longest recurring suffix."""
+    """Score the upcoming token t against the continuations of the longest recurring suffix; returns whether it is
+    one of them."""
     s, n, decay = st[meta[CUR], LINK], meta[N], stats[PARAMS, 2]
     if n == 0 or s <= 0:
-        return
-    b = _bucket(st[s, LEN], _occurrences(st, s, n))
+        return False
+    b, known = _bucket(st[s, LEN], _occurrences(st, s, n)), find_edge(ed, table, s, t) >= 0
     stats[b, 0] = decay * stats[b, 0] + 1.0
-    stats[b, 1] = decay * stats[b, 1] + (1.0 if find_edge(ed, table, s, t) >= 0 else 0.0)
+    stats[b, 1] = decay * stats[b, 1] + (1.0 if known else 0.0)
     if st[s, DEG] > 1 and hist[_earlier_end(st, s, n)] != hist[st[s, FIRST]]:
         stats[VOTE, 0] = decay * stats[VOTE, 0] + (1.0 if hist[_earlier_end(st, s, n)] == t else 0.0)
         stats[VOTE, 1] = decay * stats[VOTE, 1] + (1.0 if hist[st[s, FIRST]] == t else 0.0)
+    return known
+
+
+@njit(cache=True)
+def _learn_guess(st, meta, stats, top, t, known):
+    """Score the frequent tokens (the guesses) against the upcoming token t: after a token seen nowhere before
+    (rows GUESS), or after a recurring suffix none of whose continuations t is (`known` False; rows MISS)."""
+    if meta[N] == 0 or known or meta[MAXG] == 0:
+        return
+    row, decay = GUESS if st[meta[CUR], LINK] <= 0 else MISS, stats[PARAMS, 2]
+    for r in range(min(meta[MAXG], GK)):
+        if top[r, 0] < 0:
+            break
+        stats[row + r, 0] = decay * stats[row + r, 0] + 1.0
+        stats[row + r, 1] = decay * stats[row + r, 1] + (1.0 if top[r, 0] == t else 0.0)
+
+
+@njit(cache=True)
+def _count(st, top, t, unigram):
+    """Move t, just appended, to its place among the most frequent tokens (its count is that of its 1-token state
+    `unigram`, -1 when unknown)."""
+    if unigram < 0:
+        return
+    c = st[unigram, CNT]
+    if top[GK - 1, 0] >= 0 and c <= top[GK - 1, 1]:
+        return  # the list is full and t is not in it (it was at c - 1 < the smallest count there)
+    i = 0
+    while i < GK and top[i, 0] >= 0 and top[i, 0] != t:
+        i += 1
+    if i == GK:
+        if c <= top[GK - 1, 1]:
+            return
+        i = GK - 1
+    top[i, 0], top[i, 1], top[i, 2] = t, c, unigram  # a split that moves "t" to a new state appends t
+    while i > 0 and (top[i - 1, 0] < 0 or top[i - 1, 1] < c):
+        for col in range(3):
+            top[i - 1, col], top[i, col] = top[i, col], top[i - 1, col]
+        i -= 1
 
 
 @njit(cache=True, inline="always")
@@ -212,7 +261,7 @@ def _rejoin(hist, st, meta, stats):
 
 
 @njit(cache=True)
-def suffix_extend(new, hist, st, ed, table, meta, stats):
+def suffix_extend(new, hist, st, ed, table, meta, stats, top):
     """Append `new`: for each token, learn from it, then extend the automaton and the copy in progress.
 
     Returns the number of tokens appended, or -1 (and appends nothing) if an id is negative or above int32.
@@ -221,9 +270,10 @@ def suffix_extend(new, hist, st, ed, table, meta, stats):
         if new[j] < 0 or new[j] > 2147483647:
             return -1
     for j in range(new.shape[0]):
-        _learn(hist, st, ed, table, meta, stats, new[j])
+        known = _learn(hist, st, ed, table, meta, stats, new[j])
+        _learn_guess(st, meta, stats, top, new[j], known)
         _follow(hist, meta, new[j])
-        _append(hist, st, ed, table, meta, new[j])
+        _count(st, top, new[j], _append(hist, st, ed, table, meta, new[j]))
         _rejoin(hist, st, meta, stats)
     return new.shape[0]
 
@@ -278,11 +328,33 @@ def _branch(hist, st, ed, table, meta, stats, x, m, q, pos, parent, cand, cprob,
     return count
 
 
+@njit(cache=True)
+def _guesses(st, ed, table, meta, stats, top, row, parent, p, cand, cprob, start, count):
+    """Push the frequent tokens not already in cand[start:count] as continuations, each with its learned hit rate
+    in the rows from `row` (shrunk to its share of the tokens held) but ranked after those already there (copies
+    come first); each goes on as a 1-token match would."""
+    w, cap = stats[PARAMS, 1], 1.0
+    for i in range(start, count):
+        cap = min(cap, cprob[i])
+    for r in range(min(meta[MAXG] if row == GUESS else meta[MAXG] // 4, GK)):  # fewer beside known ones
+        if top[r, 0] < 0 or count >= cand.shape[0]:
+            break
+        q = min(p * (stats[row + r, 1] + w * top[r, 1] / meta[N]) / (stats[row + r, 0] + w), cap)
+        dup = False
+        for i in range(start, count):
+            dup = dup or cand[i, C_TOK] == top[r, 0]
+        if q >= stats[PARAMS, 0] and not dup:
+            count = _push(cand, cprob, count, top[r, 0], parent, top[r, 2], -1, 1, q)
+    return count
+
+
 @njit(cache=True, inline="always")
-def _expand(hist, st, ed, table, meta, stats, c, parent, p, cand, cprob, count):
+def _expand(hist, st, ed, table, meta, stats, top, c, parent, p, cand, cprob, count):
     """Push the continuations of candidate row c (path probability p, node index `parent`) after `count`."""
     n, min_prob = meta[N], stats[PARAMS, 0]
     x, pos, m = cand[c, C_STATE], cand[c, C_POS], cand[c, C_CTX]
+    if x == GUESSING:
+        return _guesses(st, ed, table, meta, stats, top, GUESS, parent, p, cand, cprob, count, count)
     if x < 0 and pos >= n:  # a copy that caught up with the text goes on from the text's length-m suffix
         x, k = meta[CUR], 0
         while st[x, LINK] >= 0 and st[st[x, LINK], LEN] >= m and k < MAX_WALK:
@@ -312,10 +384,27 @@ def _expand(hist, st, ed, table, meta, stats, c, parent, p, cand, cprob, count):
 
 
 @njit(cache=True, inline="always")
-def _children(hist, st, ed, table, meta, stats, c, parent, cand, cprob, start):
+def _children(hist, st, ed, table, meta, stats, top, c, parent, cand, cprob, start):
     """Push the continuations of candidate c from row `start`, most probable first (stable), each linked to its
     next sibling. Returns the end of the block."""
-    end = _expand(hist, st, ed, table, meta, stats, c, parent, cprob[c], cand, cprob, start)
+    end = _expand(hist, st, ed, table, meta, stats, top, c, parent, cprob[c], cand, cprob, start)
+    return _order(cand, cprob, start, end)
+
+
+@njit(cache=True)
+def _root_children(hist, st, ed, table, meta, stats, top, cand, cprob):
+    """`_children` of the root (row 0, pushed from row 1), with guesses beside the known continuations: the next
+    token may be none of them."""
+    end = _expand(hist, st, ed, table, meta, stats, top, 0, -1, 1.0, cand, cprob, 1)
+    if cand[0, C_STATE] > 0 and meta[MAXG] >= 4:
+        miss = 1.0 - _hit_prob(stats, cand[0, C_CTX], _occurrences(st, cand[0, C_STATE], meta[N]))
+        end = _guesses(st, ed, table, meta, stats, top, MISS, -1, miss, cand, cprob, 1, end)
+    return _order(cand, cprob, 1, end)
+
+
+@njit(cache=True, inline="always")
+def _order(cand, cprob, start, end):
+    """Sort cand[start:end] most probable first (stable) and link each row to its next sibling; returns end."""
     for i in range(start + 1, end):
         j = i
         while j > start and cprob[j] > cprob[j - 1]:
@@ -330,15 +419,18 @@ def _children(hist, st, ed, table, meta, stats, c, parent, cand, cprob, start):
 
 @njit(cache=True, inline="always")
 def _root(st, meta, cand, cprob):
-    """Candidate row 0: the whole text, matched by its longest recurring suffix (False if none recurs)."""
+    """Candidate row 0: the whole text, matched by its longest recurring suffix, or guessing when its last token
+    was never seen before (False if there is no text, or nothing recurs and guesses are off)."""
     s = st[meta[CUR], LINK] if meta[N] > 0 else -1
     if s > 0:
         _push(cand, cprob, 0, -1, -1, s, meta[PTR], st[s, LEN], 1.0)
-    return s > 0
+    elif meta[N] > 0 and meta[MAXG] > 0:
+        _push(cand, cprob, 0, -1, -1, GUESSING, -1, 0, 1.0)
+    return s > 0 or (meta[N] > 0 and meta[MAXG] > 0)
 
 
 @njit(cache=True)
-def suffix_chain(hist, st, ed, table, meta, stats, max_tokens, cand, cprob, out):
+def suffix_chain(hist, st, ed, table, meta, stats, top, max_tokens, cand, cprob, out):
     """Greedy path: repeatedly take the most probable continuation while its path probability is >= min_prob.
     Writes the tokens into out; returns how many."""
     if max_tokens <= 0 or not _root(st, meta, cand, cprob):
@@ -346,7 +438,8 @@ def suffix_chain(hist, st, ed, table, meta, stats, max_tokens, cand, cprob, out)
     c, end, count = 0, 1, 0
     while count < max_tokens:
         start = end
-        end = _children(hist, st, ed, table, meta, stats, c, count - 1, cand, cprob, start)
+        end = (_children(hist, st, ed, table, meta, stats, top, c, count - 1, cand, cprob, start) if count
+               else _root_children(hist, st, ed, table, meta, stats, top, cand, cprob))
         if end == start:
             break
         out[count] = cand[start, C_TOK]
@@ -386,7 +479,7 @@ def _heap_pop(heap, cprob, size):
 
 
 @njit(cache=True)
-def suffix_tree(hist, st, ed, table, meta, stats, max_nodes, cand, cprob, heap, out, probs):
+def suffix_tree(hist, st, ed, table, meta, stats, top, max_nodes, cand, cprob, heap, out, probs):
     """Best-first draft tree: repeatedly add the most probable pending continuation. The heap holds only the best
     child not yet added of each node (siblings are sorted), so it stays O(max_nodes).
 
@@ -396,7 +489,7 @@ def suffix_tree(hist, st, ed, table, meta, stats, max_nodes, cand, cprob, heap, 
     """
     if max_nodes <= 0 or not _root(st, meta, cand, cprob):
         return 0
-    end = _children(hist, st, ed, table, meta, stats, 0, -1, cand, cprob, 1)
+    end = _root_children(hist, st, ed, table, meta, stats, top, cand, cprob)
     size, nodes = (_heap_push(heap, cprob, 0, 1) if end > 1 else 0), 0
     while nodes < max_nodes and size > 0:
         c, size = _heap_pop(heap, cprob, size)
@@ -405,7 +498,7 @@ def suffix_tree(hist, st, ed, table, meta, stats, max_nodes, cand, cprob, heap, 
         if cand[c, C_SIB] >= 0:
             size = _heap_push(heap, cprob, size, cand[c, C_SIB])
         start = end
-        end = _children(hist, st, ed, table, meta, stats, c, nodes, cand, cprob, start)
+        end = _children(hist, st, ed, table, meta, stats, top, c, nodes, cand, cprob, start)
         if end > start:
             size = _heap_push(heap, cprob, size, start)
         nodes += 1

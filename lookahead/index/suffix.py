@@ -30,6 +30,12 @@ class SuffixIndex:
     a little further on), else the first occurrence (sources are read front to back), or the most recent one
     where that has predicted the tokens clearly better so far (code reuses what it just wrote).
 
+    Guesses. Where the last token was never seen before there is nothing to copy, yet the next token is often
+    a frequent one (",", " the", a newline): the draft then guesses the ``max_guesses`` most frequent tokens
+    held, each with its learned hit rate at such positions and followed by what followed it. A quarter as many
+    are also guessed beside the continuations of a recurring suffix, for when the text is none of them. Guesses
+    are the only draft tokens that are not copies; they cost a tree little where verifying costs little.
+
     Adaptive length. A path's probability is the product along it: a long match keeps it high (long drafts),
     a 1-token match seen once starts low. A draft token is proposed only while its path probability is at
     least ``min_prob``:
@@ -55,6 +61,7 @@ class SuffixIndex:
             occurrence), >= 1. Bounds the cost of a proposal on states with many continuations.
         memory: half-life, in tokens, of the learned statistics (> 0). Short memories adapt faster to the
             output (after a long prompt of a different kind), long ones are steadier.
+        max_guesses: frequent tokens guessed after a never-seen token, in [0, 32] (0: drafts are copies only).
 
     Example:
         >>> idx = SuffixIndex()
@@ -65,16 +72,19 @@ class SuffixIndex:
         2
     """
 
-    def __init__(self, min_prob: float = 0.001, max_branch: int = 8, memory: float = 512.0):
+    def __init__(self, min_prob: float = 0.001, max_branch: int = 8, memory: float = 512.0, max_guesses: int = 32):
         if isinstance(min_prob, bool) or not isinstance(min_prob, (int, float, np.number)) or not 0 <= min_prob <= 1:
             raise ValueError(f"min_prob must be a number in [0, 1], got {min_prob!r}")
         if not isinstance(max_branch, (int, np.integer)) or isinstance(max_branch, bool) or max_branch < 1:
             raise ValueError(f"max_branch must be an integer >= 1, got {max_branch!r}")
         if isinstance(memory, bool) or not isinstance(memory, (int, float, np.number)) or not memory > 0:
             raise ValueError(f"memory must be a number > 0, got {memory!r}")
+        if not isinstance(max_guesses, (int, np.integer)) or isinstance(max_guesses, bool) or not 0 <= max_guesses <= K.GK:
+            raise ValueError(f"max_guesses must be an integer in [0, {K.GK}], got {max_guesses!r}")
         self.min_prob = float(min_prob)
         self.max_branch = int(max_branch)
         self.memory = float(memory)
+        self.max_guesses = int(max_guesses)
         self._allocate(_MIN_CAPACITY)
         self._chain = np.empty(0, dtype=np.int64)
         self._buffers(32)
@@ -85,7 +95,7 @@ class SuffixIndex:
 
     def __repr__(self) -> str:
         return (f"SuffixIndex(min_prob={self.min_prob}, max_branch={self.max_branch}, memory={self.memory}, "
-                f"tokens={len(self)})")
+                f"max_guesses={self.max_guesses}, tokens={len(self)})")
 
     @property
     def match_length(self) -> int:
@@ -108,7 +118,8 @@ class SuffixIndex:
         extra = new.shape[0]
         if extra > self._room:
             self._reserve(extra)
-        if extra and K.suffix_extend(new, self._hist, self._st, self._ed, self._table, self._meta, self._stats) < 0:
+        if extra and K.suffix_extend(new, self._hist, self._st, self._ed, self._table, self._meta, self._stats,
+                                   self._top) < 0:
             raise range_error(new)
         self._room -= extra
 
@@ -124,8 +135,8 @@ class SuffixIndex:
         if type(max_tokens) is not int or max_tokens < 0 or max_tokens > self._chain.shape[0]:
             _check_budget("max_tokens", max_tokens)
             self._buffers(max_tokens)
-        m = K.suffix_chain(self._hist, self._st, self._ed, self._table, self._meta, self._stats, max_tokens,
-                           self._cand, self._cprob, self._chain)
+        m = K.suffix_chain(self._hist, self._st, self._ed, self._table, self._meta, self._stats, self._top,
+                           max_tokens, self._cand, self._cprob, self._chain)
         return self._chain[:m].copy()
 
     def propose_tree(self, max_nodes: int, with_probs: bool = False) -> tuple:
@@ -145,8 +156,8 @@ class SuffixIndex:
         if type(max_nodes) is not int or max_nodes < 0 or max_nodes > self._chain.shape[0]:
             _check_budget("max_nodes", max_nodes)
             self._buffers(max_nodes)
-        m = K.suffix_tree(self._hist, self._st, self._ed, self._table, self._meta, self._stats, max_nodes,
-                          self._cand, self._cprob, self._heap, self._tree, self._tree_probs)
+        m = K.suffix_tree(self._hist, self._st, self._ed, self._table, self._meta, self._stats, self._top,
+                          max_nodes, self._cand, self._cprob, self._heap, self._tree, self._tree_probs)
         tree = self._tree[:, :m].copy()
         return (tree[0], tree[1], self._tree_probs[:m].copy()) if with_probs else (tree[0], tree[1])
 
@@ -155,10 +166,11 @@ class SuffixIndex:
         self._st = np.empty((2 * capacity + 2, 8), dtype=np.int32)
         self._ed = np.empty((3 * capacity + 8, 4), dtype=np.int32)
         self._table = np.full(_table_size(2 * self._ed.shape[0]), -1, dtype=np.int32)
-        self._meta = np.array([0, 1, 0, 0, self.max_branch, -1, 0, -1], dtype=np.int64)
+        self._meta = np.array([0, 1, 0, 0, self.max_branch, -1, 0, -1, self.max_guesses], dtype=np.int64)
+        self._top = np.full((K.GK, 3), -1, dtype=np.int64)
         self._st[0, :] = -1
         self._st[0, K.LEN], self._st[0, K.CNT], self._st[0, K.DEG] = 0, 0, 0
-        self._stats = np.zeros((K.VOTE + 1, 3), dtype=np.float64)
+        self._stats = np.zeros((K.MISS + K.GK, 3), dtype=np.float64)
         self._stats[K.PARAMS] = (self.min_prob, _PRIOR_WEIGHT, 0.5 ** (1.0 / self.memory))
 
     def _reserve(self, extra: int) -> None:
@@ -174,9 +186,10 @@ class SuffixIndex:
         self._room = self._hist.shape[0] - held
 
     def _buffers(self, budget: int) -> None:
-        """Scratch for proposals of up to `budget` tokens or nodes (each node pushes <= max_branch + 2)."""
+        """Scratch for proposals of up to `budget` tokens or nodes (each node pushes <= max_branch + 2, a guessing
+        root <= GK)."""
         if budget > self._chain.shape[0]:
-            rows = 1 + (max(budget, 32) + 1) * (self.max_branch + 2)
+            rows = 1 + 2 * K.GK + (max(budget, 32) + 1) * (self.max_branch + 2)
             self._cand = np.empty((rows, 6), dtype=np.int32)
             self._cprob = np.empty(rows, dtype=np.float64)
             self._heap = np.empty(rows, dtype=np.int32)
@@ -200,7 +213,7 @@ def _grown(array: np.ndarray, rows: int, used: int) -> np.ndarray:
 def _warm_up() -> None:
     """Compile (or load from cache) the kernels once per process, on a non-empty input."""
     idx = SuffixIndex.__new__(SuffixIndex)
-    idx.min_prob, idx.max_branch, idx.memory = 0.0, 2, 1.0
+    idx.min_prob, idx.max_branch, idx.memory, idx.max_guesses = 0.0, 2, 1.0, 2
     idx._allocate(16)
     idx._chain = np.empty(0, dtype=np.int64)
     idx._buffers(4)

@@ -31,6 +31,8 @@ def replay_in_order(traces, make_index, memory: Memory | None, budget: int, tree
         index = make_index()
         for piece in memory.documents()[0] if memory is not None and len(memory) else []:
             index.extend(piece)
+        if memory is not None and len(memory) and hasattr(index, "begin_request"):
+            index.begin_request()  # as generate(..., memory=) does
         total += replay_trace(index, prompt, output, budget=budget, tree=tree)
         if memory is not None:
             memory.add_tokens(list(prompt) + list(output))

@@ -144,7 +144,7 @@ def generate(
                              generator, streamer, stream_prompt=True, eos=eos_override(eos_token_id),
                              **check_tree(draft, max_draft_nodes, lookup, model))
     if memory is not None:
-        settings.documents = memory.documents(settings.documents)
+        settings.background = memory.documents()[0] if len(memory) else None
     if max_new_tokens is not None:
         V.check_int("max_new_tokens", max_new_tokens, 1)
     if pad_token_id is not None and (isinstance(pad_token_id, bool) or not isinstance(pad_token_id, int)):
@@ -435,7 +435,8 @@ def _greedy_tree(tokens: np.ndarray, parents: np.ndarray, sizes: np.ndarray, sco
 
 
 def _indexes(settings: Settings, sources: list) -> list:
-    """One index per row holding the row's documents, then its source tokens; None where nothing is drafted."""
+    """One index per row holding the memory's tokens (as background), the row's documents, then its source tokens;
+    None where nothing is drafted."""
     if settings.lookup == "none" or settings.num_draft_tokens == 0:
         return [None] * len(sources)
     make_index = {"ngram": lambda: NgramIndex(settings.max_ngram, settings.min_ngram), "suffix": SuffixIndex}
@@ -448,6 +449,10 @@ def _indexes(settings: Settings, sources: list) -> list:
     indexes = []
     for i, source in enumerate(sources):
         index = make_index[settings.lookup]()
+        for piece in settings.background or []:
+            index.extend(piece)
+        if settings.background and hasattr(index, "begin_request"):
+            index.begin_request()
         for doc in docs[i % len(docs)]:
             index.extend(doc)
         index.extend(source)

@@ -11,7 +11,8 @@ class Memory:
     """Earlier prompts and outputs, bounded in tokens; the oldest are evicted first.
 
     Pass the same object to every call: `generate(..., memory=mem)` drafts from what the memory holds (as if it
-    were extra documents) and adds the call's prompts and outputs to it afterwards.
+    were extra documents, but with `lookup="suffix"` a copy prefers the call's own documents and prompt) and adds
+    the call's prompts and outputs to it afterwards.
 
     Args:
         max_tokens: most tokens held (>= 1).

@@ -59,6 +59,7 @@ class Settings:
     eos: tuple | None = None  # overrides the generation config's eos ids; () means none
     draft: str = "chain"
     max_draft_nodes: int = 32
+    background: list | None = None  # token arrays from a Memory, drafted from after the current request's own
     stats: GenerationStats = field(default_factory=GenerationStats)
 
 

@@ -180,6 +180,25 @@ def test_branches_where_the_evidence_is_split_and_ranks_by_it():
     assert tokens[parents == -1].tolist() == [2, 3, 1] and guessing.propose(1).tolist() == [2]
 
 
+def test_a_new_request_copies_its_own_text_before_the_background():
+    """Memory held before begin_request: a copy that starts anew follows the request's first occurrence, not the
+    memory's; without the mark it follows the first overall, and incremental use still equals a fresh index."""
+    memory, request = [1, 5, 6, 7, *range(100, 200)], [1, 2, 3, 4, *range(300, 400), 1]
+    plain, marked = SuffixIndex(), SuffixIndex()
+    plain.extend(memory + request)
+    marked.extend(memory)
+    marked.begin_request()
+    marked.extend(request[:50])
+    marked.propose_tree(8)
+    marked.extend(request[50:])
+    assert plain.propose(3).tolist() == [5, 6, 7] and marked.propose(3).tolist() == [2, 3, 4]
+    fresh = SuffixIndex()
+    fresh.extend(memory)
+    fresh.begin_request()
+    fresh.extend(request)
+    assert fresh.propose_tree(16)[0].tolist() == marked.propose_tree(16)[0].tolist()
+
+
 def test_after_a_new_token_guesses_the_most_frequent_ones():
     """9 was never seen: nothing to copy, so the draft guesses the frequent tokens, most frequent first, each
     followed by what followed it; the guesses' hit rates are learned (5 keeps coming after new tokens)."""

@@ -3,17 +3,19 @@ References: Blumer et al. 1985 (the suffix automaton, built online); SuffixDecod
 
 Layout shared with `suffix.SuffixIndex` (every array is owned by the caller):
   hist   int32[cap]        the tokens held, hist[:n]
-  st     int32[S, 8]       one row per state: LEN, LINK, CNT, LAST, PREV, FIRST, HEAD, DEG
+  st     int32[S, 9]       one row per state: LEN, LINK, CNT, LAST, PREV, FIRST, HEAD, DEG, FIRSTR
     LEN, LINK  length of the longest string of the state, its suffix link (-1 for the root)
     CNT        occurrences of its strings; LAST, PREV the two most recent ends, FIRST the earliest (ends are
                exclusive: the token after an occurrence is hist[end])
     HEAD, DEG  first outgoing edge (-1: none), number of outgoing edges
+    FIRSTR     the earliest end after BOUND (none yet if <= BOUND): the first occurrence in the current request
   ed     int32[E, 4]       edges: TOK, TGT, NEXT (next edge of the same state, -1 ends the list), SRC
   table  int32[T]          open-addressing hash (SRC, TOK) -> edge id, -1 = empty (T a power of two)
-  meta   int64[9]          N tokens, NS states, NE edges, CUR state of the whole text, MAXB max_branch,
+  meta   int64[10]         N tokens, NS states, NE edges, CUR state of the whole text, MAXB max_branch,
                            PTR end of the occurrence the text is copying (-1: none), RUN tokens it agreed for,
                            CURSOR where the last copy broke off, MAXG guesses offered after a never-seen token
-                           (a quarter of them beside the continuations of a recurring suffix)
+                           (a quarter of them beside the continuations of a recurring suffix), BOUND
+                           where the current request starts (tokens before it are background: a Memory)
   top    int64[GK, 3]      the GK most frequent tokens held, their counts and 1-token states, most frequent
                            first (-1: empty)
   stats  float64[NB*NO+2+2*GK, 3]
@@ -29,9 +31,9 @@ degenerate (a run of one token longer than MAX_WALK), and every proposal stays a
 import numpy as np
 from numba import njit
 
-LEN, LINK, CNT, LAST, PREV, FIRST, HEAD, DEG = 0, 1, 2, 3, 4, 5, 6, 7
+LEN, LINK, CNT, LAST, PREV, FIRST, HEAD, DEG, FIRSTR = 0, 1, 2, 3, 4, 5, 6, 7, 8
 TOK, TGT, NEXT, SRC = 0, 1, 2, 3
-N, NS, NE, CUR, MAXB, PTR, RUN, CURSOR, MAXG = 0, 1, 2, 3, 4, 5, 6, 7, 8
+N, NS, NE, CUR, MAXB, PTR, RUN, CURSOR, MAXG, BOUND = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9
 # candidate rows of the draft search: token, parent node, SAM state (-1: copying hist[POS:]), POS (in a state:
 # the next position of the occurrence followed, or -1), context length, next sibling (-1: none)
 C_TOK, C_PAR, C_STATE, C_POS, C_CTX, C_SIB = 0, 1, 2, 3, 4, 5
@@ -96,6 +98,7 @@ def _new_state(st, meta, length, like):
     if like >= 0:
         st[s, LINK], st[s, CNT] = st[like, LINK], st[like, CNT]
         st[s, LAST], st[s, PREV], st[s, FIRST] = st[like, LAST], st[like, PREV], st[like, FIRST]
+        st[s, FIRSTR] = st[like, FIRSTR]
     return s
 
 
@@ -141,6 +144,8 @@ def _append(hist, st, ed, table, meta, t):
     x, k, unigram = cur, 0, -1
     while x > 0 and k < MAX_WALK:
         st[x, CNT], st[x, PREV], st[x, LAST] = st[x, CNT] + 1, st[x, LAST], n + 1
+        if st[x, FIRSTR] <= meta[BOUND]:  # none yet in this request (an older one is from before BOUND)
+            st[x, FIRSTR] = n + 1
         unigram = x if st[x, LINK] == 0 else unigram
         x, k = st[x, LINK], k + 1
     return unigram
@@ -150,6 +155,12 @@ def _append(hist, st, ed, table, meta, t):
 def _earlier_end(st, x, n):
     """End of the most recent occurrence of state x that has a token after it (-1 if none)."""
     return st[x, LAST] if st[x, LAST] < n else st[x, PREV]
+
+
+@njit(cache=True, inline="always")
+def _first_end(st, meta, x):
+    """End of the first occurrence of state x in the current request, else its first one."""
+    return st[x, FIRSTR] if st[x, FIRST] <= meta[BOUND] < st[x, FIRSTR] else st[x, FIRST]
 
 
 @njit(cache=True, inline="always")
@@ -188,9 +199,9 @@ def _learn(hist, st, ed, table, meta, stats, t):
     b, known = _bucket(st[s, LEN], _occurrences(st, s, n)), find_edge(ed, table, s, t) >= 0
     stats[b, 0] = decay * stats[b, 0] + 1.0
     stats[b, 1] = decay * stats[b, 1] + (1.0 if known else 0.0)
-    if st[s, DEG] > 1 and hist[_earlier_end(st, s, n)] != hist[st[s, FIRST]]:
+    if st[s, DEG] > 1 and hist[_earlier_end(st, s, n)] != hist[_first_end(st, meta, s)]:
         stats[VOTE, 0] = decay * stats[VOTE, 0] + (1.0 if hist[_earlier_end(st, s, n)] == t else 0.0)
-        stats[VOTE, 1] = decay * stats[VOTE, 1] + (1.0 if hist[st[s, FIRST]] == t else 0.0)
+        stats[VOTE, 1] = decay * stats[VOTE, 1] + (1.0 if hist[_first_end(st, meta, s)] == t else 0.0)
     return known
 
 
@@ -256,7 +267,7 @@ def _rejoin(hist, st, meta, stats):
         if j > k:
             meta[PTR], meta[RUN] = e, st[s, LEN]
             return
-    meta[PTR] = st[s, FIRST] if _RECENT_ODDS * stats[VOTE, 1] >= stats[VOTE, 0] else _earlier_end(st, s, n)
+    meta[PTR] = _first_end(st, meta, s) if _RECENT_ODDS * stats[VOTE, 1] >= stats[VOTE, 0] else _earlier_end(st, s, n)
     meta[RUN] = st[s, LEN]
 
 
@@ -310,7 +321,7 @@ def _branch(hist, st, ed, table, meta, stats, x, m, q, pos, parent, cand, cprob,
     its most recent and of its first occurrence when they were not among them."""
     n, min_prob = meta[N], stats[PARAMS, 0]
     occ, end = _occurrences(st, x, n), _earlier_end(st, x, n)
-    rec, first = hist[end] if end >= 0 else -1, hist[st[x, FIRST]]
+    rec, first = hist[end] if end >= 0 else -1, hist[_first_end(st, meta, x)]
     seen_rec, seen_first = rec < 0, False
     e, k = st[x, HEAD], 0
     while e >= 0 and k < meta[MAXB]:

@@ -123,6 +123,16 @@ class SuffixIndex:
             raise range_error(new)
         self._room -= extra
 
+    def begin_request(self) -> None:
+        """Hold the tokens so far as background (earlier requests, e.g. from a `lookahead.Memory`): a copy that starts
+        anew then follows the first occurrence after this point where there is one, not the first overall.
+
+        >>> idx = SuffixIndex(); idx.extend([1, 5, 6, 7, *range(100, 200)]); idx.begin_request()
+        >>> idx.extend([1, 2, 3, 4, *range(300, 400), 1]); idx.propose(3).tolist()  # not 5, 6, 7
+        [2, 3, 4]
+        """
+        self._meta[K.BOUND] = self._meta[K.N]
+
     def propose(self, max_tokens: int) -> np.ndarray:
         """The most probable continuation, up to ``max_tokens`` tokens (int64, empty when nothing recurs).
 
@@ -163,10 +173,10 @@ class SuffixIndex:
 
     def _allocate(self, capacity: int) -> None:
         self._hist, self._room = np.empty(capacity, dtype=np.int32), capacity
-        self._st = np.empty((2 * capacity + 2, 8), dtype=np.int32)
+        self._st = np.empty((2 * capacity + 2, 9), dtype=np.int32)
         self._ed = np.empty((3 * capacity + 8, 4), dtype=np.int32)
         self._table = np.full(_table_size(2 * self._ed.shape[0]), -1, dtype=np.int32)
-        self._meta = np.array([0, 1, 0, 0, self.max_branch, -1, 0, -1, self.max_guesses], dtype=np.int64)
+        self._meta = np.array([0, 1, 0, 0, self.max_branch, -1, 0, -1, self.max_guesses, 0], dtype=np.int64)
         self._top = np.full((K.GK, 3), -1, dtype=np.int64)
         self._st[0, :] = -1
         self._st[0, K.LEN], self._st[0, K.CNT], self._st[0, K.DEG] = 0, 0, 0

@@ -55,8 +55,10 @@ def build_methods(selected: set[str], budget: int, tree_budget: int, hf_exact: b
             ("suffix-tree", f"SuffixDecoding tree ({tree_budget} nodes)", lambda: lambda trace: SuffixDecoding(),
              True),
             ("suffix-global", "SuffixDecoding (+ global cache)", _shared_suffix_factory, False),
+            ("suffix-global-tree", f"SuffixDecoding tree ({tree_budget} nodes, + global cache)",
+             _shared_suffix_factory, True),
         ]
-    elif selected & {"suffix", "suffix-tree", "suffix-global"}:
+    elif selected & {"suffix", "suffix-tree", "suffix-global", "suffix-global-tree"}:
         print("note: arctic_inference is not installed; skipping SuffixDecoding (see benchmarks/README.md)",
               file=sys.stderr)
     methods += [
@@ -101,7 +103,7 @@ def plot(results: dict, rows: list[str], datasets: list[str], path: str) -> None
 
 def parse_args(argv=None) -> argparse.Namespace:
     keys = ["ngram", "suffix-index", "suffix-index-tree", "hf2", "hf4", "vllm", "suffix", "suffix-tree",
-            "suffix-global", "oracle", "ceiling", "ceiling-longest"]
+            "suffix-global", "suffix-global-tree", "oracle", "ceiling", "ceiling-longest"]
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
     parser.add_argument("--datasets", nargs="+", choices=list(DATASETS), default=list(DATASETS))

@@ -180,6 +180,20 @@ def test_branches_where_the_evidence_is_split_and_ranks_by_it():
     assert tokens[parents == -1].tolist() == [2, 3, 1] and guessing.propose(1).tolist() == [2]
 
 
+@given(any_tokens(), st.data())
+def test_paths_stay_copies_or_guesses_after_begin_request(tokens, data):
+    """Marking a request boundary anywhere changes which occurrence is preferred, never what a path may be."""
+    cut = data.draw(st.integers(0, len(tokens)))
+    index = SuffixIndex(min_prob=0.0)
+    index.extend(tokens[:cut])
+    index.begin_request()
+    index.extend(tokens[cut:])
+    draft, parents = index.propose_tree(data.draw(st.integers(0, 40)))
+    k, ends = naive_longest_suffix(tokens)
+    assert index.match_length == k
+    assert all(copies_or_guesses(tokens, path, ends) for path in root_paths(draft, parents))
+
+
 def test_a_new_request_copies_its_own_text_before_the_background():
     """Memory held before begin_request: a copy that starts anew follows the request's first occurrence, not the
     memory's; without the mark it follows the first overall, and incremental use still equals a fresh index."""

@@ -159,8 +159,8 @@ def _earlier_end(st, x, n):
 
 @njit(cache=True, inline="always")
 def _first_end(st, meta, x):
-    """End of the first occurrence of state x in the current request, else its first one."""
-    return st[x, FIRSTR] if st[x, FIRST] <= meta[BOUND] < st[x, FIRSTR] else st[x, FIRST]
+    """End of the first occurrence of state x in the current request that has a token after it, else its first one."""
+    return st[x, FIRSTR] if st[x, FIRST] <= meta[BOUND] < st[x, FIRSTR] < meta[N] else st[x, FIRST]
 
 
 @njit(cache=True, inline="always")

@@ -205,6 +205,12 @@ def _learn(hist, st, ed, table, meta, stats, t):
     return known
 
 
+@njit(cache=True, inline="always")
+def _ranks(meta, row):
+    """How many guesses the rows from `row` hold: MAXG after a never-seen token, a quarter beside known ones."""
+    return min(meta[MAXG] if row == GUESS else meta[MAXG] // 4, GK)
+
+
 @njit(cache=True)
 def _learn_guess(st, meta, stats, top, t, known):
     """Score the frequent tokens (the guesses) against the upcoming token t: after a token seen nowhere before
@@ -212,7 +218,7 @@ def _learn_guess(st, meta, stats, top, t, known):
     if meta[N] == 0 or known or meta[MAXG] == 0:
         return
     row, decay = GUESS if st[meta[CUR], LINK] <= 0 else MISS, stats[PARAMS, 2]
-    for r in range(min(meta[MAXG], GK)):
+    for r in range(_ranks(meta, row)):
         if top[r, 0] < 0:
             break
         stats[row + r, 0] = decay * stats[row + r, 0] + 1.0
@@ -231,10 +237,7 @@ def _count(st, top, t, unigram):
     i = 0
     while i < GK and top[i, 0] >= 0 and top[i, 0] != t:
         i += 1
-    if i == GK:
-        if c <= top[GK - 1, 1]:
-            return
-        i = GK - 1
+    i = min(i, GK - 1)  # not in the full list, but now more frequent than its last: replace that one
     top[i, 0], top[i, 1], top[i, 2] = t, c, unigram  # a split that moves "t" to a new state appends t
     while i > 0 and (top[i - 1, 0] < 0 or top[i - 1, 1] < c):
         for col in range(3):
@@ -340,14 +343,14 @@ def _branch(hist, st, ed, table, meta, stats, x, m, q, pos, parent, cand, cprob,
 
 
 @njit(cache=True)
-def _guesses(st, ed, table, meta, stats, top, row, parent, p, cand, cprob, start, count):
+def _guesses(meta, stats, top, row, parent, p, cand, cprob, start, count):
     """Push the frequent tokens not already in cand[start:count] as continuations, each with its learned hit rate
     in the rows from `row` (shrunk to its share of the tokens held) but ranked after those already there (copies
     come first); each goes on as a 1-token match would."""
     w, cap = stats[PARAMS, 1], 1.0
     for i in range(start, count):
         cap = min(cap, cprob[i])
-    for r in range(min(meta[MAXG] if row == GUESS else meta[MAXG] // 4, GK)):  # fewer beside known ones
+    for r in range(_ranks(meta, row)):
         if top[r, 0] < 0 or count >= cand.shape[0]:
             break
         q = min(p * (stats[row + r, 1] + w * top[r, 1] / meta[N]) / (stats[row + r, 0] + w), cap)
@@ -365,7 +368,7 @@ def _expand(hist, st, ed, table, meta, stats, top, c, parent, p, cand, cprob, co
     n, min_prob = meta[N], stats[PARAMS, 0]
     x, pos, m = cand[c, C_STATE], cand[c, C_POS], cand[c, C_CTX]
     if x == GUESSING:
-        return _guesses(st, ed, table, meta, stats, top, GUESS, parent, p, cand, cprob, count, count)
+        return _guesses(meta, stats, top, GUESS, parent, p, cand, cprob, count, count)
     if x < 0 and pos >= n:  # a copy that caught up with the text goes on from the text's length-m suffix
         x, k = meta[CUR], 0
         while st[x, LINK] >= 0 and st[st[x, LINK], LEN] >= m and k < MAX_WALK:
@@ -409,7 +412,7 @@ def _root_children(hist, st, ed, table, meta, stats, top, cand, cprob):
     end = _expand(hist, st, ed, table, meta, stats, top, 0, -1, 1.0, cand, cprob, 1)
     if cand[0, C_STATE] > 0 and meta[MAXG] >= 4:
         miss = 1.0 - _hit_prob(stats, cand[0, C_CTX], _occurrences(st, cand[0, C_STATE], meta[N]))
-        end = _guesses(st, ed, table, meta, stats, top, MISS, -1, miss, cand, cprob, 1, end)
+        end = _guesses(meta, stats, top, MISS, -1, miss, cand, cprob, 1, end)
     return _order(cand, cprob, 1, end)
 
 

@@ -146,7 +146,11 @@ class HindsightOracle:
     def propose(self, max_tokens: int) -> np.ndarray:
         pos = len(self._context) - self._prompt_len
         target = self._output[pos:pos + max_tokens]
-        return target[:longest_copy_kernel(self._context.view(), target)].astype(np.int64)
+        return target[:self._copied(target)].astype(np.int64)
+
+    def _copied(self, target: np.ndarray) -> int:
+        """How much of the true continuation `target` the oracle copies."""
+        return longest_copy_kernel(self._context.view(), target)
 
 
 @njit(cache=True)
@@ -183,7 +187,5 @@ class AnchoredOracle(HindsightOracle):
         super().__init__(output)
         self._longest = longest
 
-    def propose(self, max_tokens: int) -> np.ndarray:
-        pos = len(self._context) - self._prompt_len
-        target = self._output[pos:pos + max_tokens]
-        return target[:anchored_copy_kernel(self._context.view(), target, self._longest)].astype(np.int64)
+    def _copied(self, target: np.ndarray) -> int:
+        return anchored_copy_kernel(self._context.view(), target, self._longest)

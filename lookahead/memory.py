@@ -57,9 +57,7 @@ class Memory:
                 new = new[: int(keep.max()) + 1] if len(keep) else new[:0]
             self.add_tokens(torch.cat([row[:prompt_len][mask.bool().to(row.device)], new]))
 
-    def documents(self, documents=None) -> list | None:
-        """Per-row document lists: what the memory holds, then each row's own documents."""
+    def documents(self) -> list | None:
+        """What the memory holds as one row's document list (``[pieces]``), None while it is empty."""
         held = list(self._items)
-        if documents is None:
-            return [held] if held else None
-        return [held + list(docs) for docs in documents]
+        return [held] if held else None

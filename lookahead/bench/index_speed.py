@@ -93,9 +93,9 @@ def measure(makers: dict, pool: np.ndarray, sizes, steps: int, max_size: dict | 
     """
     max_size = MAX_SIZE if max_size is None else max_size
     max_steps = MAX_STEPS if max_steps is None else max_steps
-    jobs = [(label, size) for label in makers for size in sizes
-            if size <= max_size.get(label, size) and size + 3 * (steps + 3) <= len(pool)
-            and (not tree or hasattr(makers[label](), "propose_tree"))]
+    labels = [label for label in makers if not tree or hasattr(makers[label](), "propose_tree")]
+    jobs = [(label, size) for label in labels for size in sizes
+            if size <= max_size.get(label, size) and size + 3 * (steps + 3) <= len(pool)]
     results = {}
     for label, size in (progress(jobs) if progress else jobs):
         times = time_steps(makers[label](), pool[:size], pool[size:], min(steps, max_steps.get(label, steps)),

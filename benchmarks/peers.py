@@ -26,6 +26,7 @@ from numba import njit
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from lookahead.bench.peers import ContextBuffer  # noqa: E402
 from lookahead.bench.peers import prompt_lookup_kernel as vllm_ngram_kernel  # noqa: E402
+from lookahead.index import Draft  # noqa: E402
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -100,9 +101,10 @@ class SuffixDecoding:
     def propose(self, max_tokens: int) -> np.ndarray:
         return np.asarray(self._speculate(max_tokens, tree=False).token_ids, dtype=np.int64)
 
-    def propose_tree(self, max_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    def propose_tree(self, max_nodes: int) -> Draft:
         draft = self._speculate(max_nodes, tree=True)
-        return np.asarray(draft.token_ids, dtype=np.int64), np.asarray(draft.parents, dtype=np.int64)
+        tokens = np.asarray(draft.token_ids, dtype=np.int64)
+        return Draft(tokens, np.asarray(draft.parents, dtype=np.int64), np.ones(len(tokens)))
 
     def close(self) -> None:
         """End the request (its prompt is dropped; a shared cache keeps its output)."""

@@ -243,7 +243,8 @@ def _tree_step(target, rows: _Rows, outs, run: _Run, max_new: int, calibration: 
     matches = np.array([ix.match_length for ix in rows.indexes], dtype=np.int64)
     trees, estimates, chains = [], [], []
     for ix, n, k in zip(rows.indexes, budget, policy.choose(matches)):
-        tokens, parents, probs = ix.propose_tree(max(n, 0), with_probs=True)
+        proposal = ix.propose_tree(max(n, 0))
+        tokens, parents, probs = proposal.tokens, proposal.parents, proposal.probs
         chain = T.first_path(parents, int(k))
         keep = max(T.best_size(calibration(probs), cost), chain[-1] + 1 if chain else 0)
         trees.append((tokens[:keep], parents[:keep]))

@@ -56,6 +56,12 @@ def copies_or_guesses(tokens, path, ends):
     return is_frequent(tokens, path[0]) and continues_an_occurrence(tokens, path[1:], guess_ends)
 
 
+def tree_of(index, budget):
+    """(tokens, parents) of the index's draft tree."""
+    draft = index.propose_tree(budget)
+    return draft.tokens, draft.parents
+
+
 def root_paths(tokens, parents):
     """Token path from the root to every node of a draft tree."""
     paths = []
@@ -80,7 +86,7 @@ def test_every_tree_path_continues_an_occurrence_of_the_longest_suffix(tokens, b
     """Without guesses, each root path copies what followed an earlier occurrence of the longest recurring suffix."""
     index = SuffixIndex(min_prob=min_prob, max_guesses=0)
     index.extend(tokens)
-    draft, parents = index.propose_tree(budget)
+    draft, parents = tree_of(index, budget)
     k, ends = naive_longest_suffix(tokens)
     assert index.match_length == k
     assert draft.dtype == parents.dtype == np.int64 and len(draft) == len(parents) <= budget
@@ -97,7 +103,7 @@ def test_every_tree_path_copies_or_guesses_a_frequent_token(tokens, budget, min_
     with what followed it; where the last token is new, every path is such a guess."""
     index = SuffixIndex(min_prob=min_prob)
     index.extend(tokens)
-    draft, parents = index.propose_tree(budget)
+    draft, parents = tree_of(index, budget)
     k, ends = naive_longest_suffix(tokens)
     assert all(-1 <= parents[i] < i for i in range(len(parents)))
     paths = root_paths(draft, parents)
@@ -117,7 +123,7 @@ def test_chain_is_the_first_path_of_the_tree(tokens, budget, min_prob, max_guess
     k, ends = naive_longest_suffix(tokens)
     real = continues_an_occurrence if max_guesses == 0 else copies_or_guesses
     assert len(chain) <= budget and (not chain or real(tokens, chain, ends))
-    first = first_path(*index.propose_tree(budget))
+    first = first_path(*tree_of(index, budget))
     assert chain[:len(first)] == first
     assert index.propose(budget // 2).tolist() == chain[:budget // 2]
 
@@ -130,13 +136,13 @@ def test_nothing_is_proposed_iff_no_suffix_recurs(tokens, budget):
     k, _ = naive_longest_suffix(tokens)
     guessing = SuffixIndex(min_prob=0.0)
     guessing.extend(tokens)
-    assert (len(guessing.propose(budget)) > 0) == (len(guessing.propose_tree(budget)[0]) > 0) == (len(tokens) > 0)
+    assert (len(guessing.propose(budget)) > 0) == (len(guessing.propose_tree(budget).tokens) > 0) == (len(tokens) > 0)
     drafts = []
     for min_prob in (0.0, 0.01, 0.2, 1.0):
         index = SuffixIndex(min_prob=min_prob, max_guesses=0)
         index.extend(tokens)
         drafts.append(index.propose(budget).tolist())
-        assert (len(index.propose_tree(budget)[0]) > 0) == (len(drafts[-1]) > 0)
+        assert (len(index.propose_tree(budget).tokens) > 0) == (len(drafts[-1]) > 0)
     assert (len(drafts[0]) > 0) == (k > 0)
     assert all(longer[:len(shorter)] == shorter for longer, shorter in zip(drafts, drafts[1:]))
 
@@ -153,7 +159,7 @@ def test_interleaved_extend_and_propose_equal_a_fresh_index(chunks, asks):
         fresh.extend(seen)
         assert incremental.propose(ask).tolist() == fresh.propose(ask).tolist()
         tree, fresh_tree = incremental.propose_tree(ask), fresh.propose_tree(ask)
-        assert tree[0].tolist() == fresh_tree[0].tolist() and tree[1].tolist() == fresh_tree[1].tolist()
+        assert tree.tokens.tolist() == fresh_tree.tokens.tolist() and tree.parents.tolist() == fresh_tree.parents.tolist()
         assert len(incremental) == len(fresh) == len(seen)
 
 
@@ -171,12 +177,13 @@ def test_branches_where_the_evidence_is_split_and_ranks_by_it():
     index = SuffixIndex(min_prob=0.0, max_guesses=0)
     index.extend([1, 2, 1, 2, 1, 2, 1, 3, 1])
     assert index.propose(1).tolist() == [2]
-    tokens, parents = index.propose_tree(8)
+    tokens, parents = tree_of(index, 8)
     assert sorted(tokens[parents == -1].tolist()) == [2, 3]
     assert tokens[0] == 2
     guessing = SuffixIndex(min_prob=0.0)
     guessing.extend([1, 2, 1, 2, 1, 2, 1, 3, 1])
-    tokens, parents, probs = guessing.propose_tree(8, with_probs=True)
+    proposal = guessing.propose_tree(8)
+    tokens, parents, probs = proposal.tokens, proposal.parents, proposal.probs
     assert tokens[parents == -1].tolist() == [2, 3, 1] and guessing.propose(1).tolist() == [2]
 
 
@@ -188,7 +195,7 @@ def test_paths_stay_copies_or_guesses_after_begin_request(tokens, data):
     index.extend(tokens[:cut])
     index.begin_request()
     index.extend(tokens[cut:])
-    draft, parents = index.propose_tree(data.draw(st.integers(0, 40)))
+    draft, parents = tree_of(index, data.draw(st.integers(0, 40)))
     k, ends = naive_longest_suffix(tokens)
     assert index.match_length == k
     assert all(copies_or_guesses(tokens, path, ends) for path in root_paths(draft, parents))
@@ -210,7 +217,7 @@ def test_a_new_request_copies_its_own_text_before_the_background():
     fresh.extend(memory)
     fresh.begin_request()
     fresh.extend(request)
-    assert fresh.propose_tree(16)[0].tolist() == marked.propose_tree(16)[0].tolist()
+    assert fresh.propose_tree(16).tokens.tolist() == marked.propose_tree(16).tokens.tolist()
 
 
 def test_after_a_new_token_guesses_the_most_frequent_ones():
@@ -218,7 +225,7 @@ def test_after_a_new_token_guesses_the_most_frequent_ones():
     followed by what followed it; the guesses' hit rates are learned (5 keeps coming after new tokens)."""
     index = SuffixIndex(min_prob=0.0)
     index.extend([5, 1, 5, 2, 5, 1, 7, 9])
-    tokens, parents = index.propose_tree(3)
+    tokens, parents = tree_of(index, 3)
     assert tokens[parents == -1].tolist()[:2] == [5, 1] and index.propose(2).tolist() == [5, 1]
     assert index.match_length == 0
     assert len(SuffixIndex(max_guesses=0).propose(2)) == 0
@@ -247,7 +254,7 @@ def test_degenerate_runs_still_give_real_continuations():
     index.extend(tokens)
     k, ends = naive_longest_suffix(tokens)
     assert index.match_length == k
-    for path in root_paths(*index.propose_tree(32)):
+    for path in root_paths(*tree_of(index, 32)):
         assert continues_an_occurrence(tokens, path, ends)
 
 
@@ -279,7 +286,7 @@ def test_large_inputs_grow_buffers_and_keep_matching():
         index.extend(np.array(tokens[start:start + 700]))
     assert index.match_length == 56
     assert index.propose(10).tolist() == tokens[1290:1300]
-    assert first_path(*index.propose_tree(10)) == tokens[1290:1300]
+    assert first_path(*tree_of(index, 10)) == tokens[1290:1300]
 
 
 def test_accepts_lists_arrays_and_tensors_and_resets():
@@ -290,7 +297,7 @@ def test_accepts_lists_arrays_and_tensors_and_resets():
     assert len(index) == 7 and "tokens=7" in repr(index)
     assert index.propose(3).tolist() == [2, 3, 1]
     index.reset()
-    assert len(index) == 0 and index.propose(3).size == 0 and index.propose_tree(3)[0].size == 0
+    assert len(index) == 0 and index.propose(3).size == 0 and index.propose_tree(3).tokens.size == 0
     assert index.match_length == 0
     index.extend([])
     assert len(index) == 0

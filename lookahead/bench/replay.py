@@ -10,7 +10,7 @@ therefore gives the exact number of target forwards a drafter needs, without the
                      the drafter is extended with those tokens
 
 A drafter ("proposer") is any object with ``extend(tokens)`` and ``propose(max_tokens) -> 1-D int array``;
-tree drafters also have ``propose_tree(max_nodes) -> (tokens, parents)`` with ``parents[i] = -1`` for a
+tree drafters also have ``propose_tree(max_nodes) -> Draft`` (`lookahead.index.Draft`) with ``parents[i] = -1`` for a
 child of the last context token, otherwise the index of the parent node (parents before children).
 
 Example::
@@ -156,8 +156,8 @@ def replay_trace(proposer: Proposer, prompt: np.ndarray, output: np.ndarray, bud
         left = total - pos
         target = output[pos:pos + min(budget, left)]
         if tree:
-            tokens, parents = proposer.propose_tree(budget)
-            drafted, accepted = len(tokens), accepted_path_length(tokens, parents, target)
+            draft = proposer.propose_tree(budget)
+            drafted, accepted = len(draft.tokens), accepted_path_length(draft.tokens, draft.parents, target)
         else:
             draft = np.asarray(proposer.propose(min(budget, left)))[:min(budget, left)]
             drafted, accepted = len(draft), common_prefix_length(draft, target)

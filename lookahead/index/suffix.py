@@ -6,6 +6,7 @@ import functools
 import numpy as np
 
 from . import _suffix_kernels as K
+from .draft import Draft
 from ._tokens import as_token_array, range_error, table_size as _table_size
 
 _MIN_CAPACITY = 1024
@@ -149,18 +150,18 @@ class SuffixIndex:
                            max_tokens, self._cand, self._cprob, self._chain)
         return self._chain[:m].copy()
 
-    def propose_tree(self, max_nodes: int, with_probs: bool = False) -> tuple:
+    def propose_tree(self, max_nodes: int) -> Draft:
         """A draft tree of at most ``max_nodes`` nodes, most probable first.
 
         Returns:
-            ``(tokens, parents)``, int64 arrays of equal length: ``parents[i]`` is the index of node i's parent,
-            or -1 for a child of the last held token; parents come before their children. With ``with_probs``
-            also each node's estimated probability of being accepted (float64, non-increasing), so that the first
-            n nodes are the best tree of n nodes and their sum is its expected number of accepted tokens.
+            a `Draft`: ``tokens`` and ``parents`` (``parents[i]`` is the index of node i's parent, or -1 for a child
+            of the last held token; parents come before their children), each node's estimated probability of
+            being accepted in ``probs`` (non-increasing, so that the first n nodes are the best tree of n nodes and
+            their sum is its expected number of accepted tokens), and ``match_length``.
         Raises:
             ValueError: ``max_nodes`` is negative.
 
-        >>> idx = SuffixIndex(); idx.extend([1, 2, 1, 3, 1]); idx.propose_tree(2)[0].tolist()
+        >>> idx = SuffixIndex(); idx.extend([1, 2, 1, 3, 1]); idx.propose_tree(2).tokens.tolist()
         [3, 2]
         """
         if type(max_nodes) is not int or max_nodes < 0 or max_nodes > self._chain.shape[0]:
@@ -169,7 +170,7 @@ class SuffixIndex:
         m = K.suffix_tree(self._hist, self._st, self._ed, self._table, self._meta, self._stats, self._top,
                           max_nodes, self._cand, self._cprob, self._heap, self._tree, self._tree_probs)
         tree = self._tree[:, :m].copy()
-        return (tree[0], tree[1], self._tree_probs[:m].copy()) if with_probs else (tree[0], tree[1])
+        return Draft(tree[0], tree[1], self._tree_probs[:m].copy(), self.match_length)
 
     def _allocate(self, capacity: int) -> None:
         self._hist, self._room = np.empty(capacity, dtype=np.int32), capacity

@@ -1,0 +1,52 @@
+"""Draft: what an index proposes for one row, a tree of draft tokens; a chain is the tree whose parents are i - 1."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+_NO_TOKENS = np.empty(0, dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class Draft:
+    """One row's proposal.
+
+    Attributes:
+        tokens: [n] int64 draft tokens.
+        parents: [n] int64: parents[i] is the index of node i's parent, -1 for a child of the row's last token;
+            parents come before their children. A chain has parents [-1, 0, 1, ...].
+        probs: [n] float64 estimated probability that each node is accepted (1.0 where the index gives none).
+        match_length: length of the match in the held tokens that the proposal continues (0: nothing matched).
+
+    Example:
+        >>> Draft.chain(np.array([7, 8])).parents.tolist()
+        [-1, 0]
+    """
+
+    tokens: np.ndarray
+    parents: np.ndarray
+    probs: np.ndarray
+    match_length: int = 0
+
+    @classmethod
+    def chain(cls, tokens: np.ndarray, match_length: int = 0, probs: np.ndarray | None = None) -> "Draft":
+        """The draft that proposes `tokens` one after the other."""
+        tokens = np.asarray(tokens, dtype=np.int64)
+        probs = np.ones(len(tokens)) if probs is None else np.asarray(probs, dtype=np.float64)
+        return cls(tokens, np.arange(len(tokens), dtype=np.int64) - 1, probs, int(match_length))
+
+    @classmethod
+    def empty(cls, match_length: int = 0) -> "Draft":
+        return cls(_NO_TOKENS, _NO_TOKENS, np.empty(0), int(match_length))
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def is_chain(self) -> bool:
+        return bool(np.all(self.parents == np.arange(len(self.parents)) - 1))
+
+    def head(self, n: int) -> "Draft":
+        """The first n nodes (a tree still: parents come before children)."""
+        return Draft(self.tokens[:n], self.parents[:n], self.probs[:n], self.match_length)

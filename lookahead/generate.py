@@ -189,6 +189,7 @@ def decode(model, input_ids, logits_processor, stopping_criteria, generation_con
         outs = _decode(target, rows, run, max_new)
     run.streamer.end()
     settings.stats.new_tokens = sum(len(o) for o in outs)
+    settings.stats.new_tokens_by_row = [len(o) for o in outs]
     sequences = _assemble(input_ids, outs, pad[0])
     if not generation_config.return_dict_in_generate:
         return sequences
@@ -199,11 +200,12 @@ def decode(model, input_ids, logits_processor, stopping_criteria, generation_con
 def _decode(target, rows: _Rows, run: _Run, max_new: int) -> list:
     """Run the loop; return the new tokens of each row."""
     outs = [[] for _ in rows.ids]
+    run.stats.forwards_by_row = [0] * len(outs)
     none = np.zeros((len(outs), 0), dtype=np.int64)
     logits = target.prefill(run.stats)  # [b, 1, V]
     scores = run.scorer(logits, rows, outs, none)
     _, first = run.accept(none, np.zeros(len(outs), dtype=np.int64), scores)
-    rows = _drop(target, rows, _append(rows, outs, [[t] for t in first], run, scores, logits))
+    rows = _advance(target, rows, outs, run, [[t] for t in first], 0, scores, logits)
     policy = DraftLength(run.num_draft_tokens, run.draft_cost)
     calibration = TreeCalibration()
     while rows.ids and run.max_draft_nodes:
@@ -227,6 +229,8 @@ def _advance(target, rows: _Rows, outs, run: _Run, gained: list, drafted: int, s
 
     scores/logits [b, W, V] hold the target's outputs along each row's accepted tokens."""
     run.stats.draft_tokens += drafted
+    for rid in rows.ids:
+        run.stats.forwards_by_row[rid] += 1
     run.stats.accepted_tokens += sum(len(g) - 1 for g in gained)
     return _drop(target, rows, _append(rows, outs, gained, run, scores, logits))
 

@@ -23,6 +23,8 @@ class GenerationStats:
     new_tokens: int = 0
     draft_tokens: int = 0
     accepted_tokens: int = 0
+    new_tokens_by_row: list = field(default_factory=list)  # per batch row: its new tokens
+    forwards_by_row: list = field(default_factory=list)  # per batch row: the forwards it took part in
 
     @property
     def tokens_per_forward(self) -> float:

@@ -177,7 +177,8 @@ def decode(model, input_ids, logits_processor, stopping_criteria, generation_con
     pad = _ids(generation_config.pad_token_id) or eos[:1] or (0,)
     V.check_int("pad_token_id", pad[0], 0, V.vocab_size(model) - 1)
     max_new = _max_new(stopping_criteria, input_ids.shape[1])
-    target = make_target(model, input_ids, inputs_tensor, model_kwargs, max_new)
+    max_width = max(settings.num_draft_tokens, settings.max_draft_nodes if settings.draft == "tree" else 0)
+    target = make_target(model, input_ids, inputs_tensor, model_kwargs, max_new, generation_config, max_width)
     run = _make_run(model, input_ids.shape[0], logits_processor, stopping_criteria, generation_config, settings, eos,
                     max_new)
     V.check_documents(model, settings.documents, settings.memory)

@@ -193,6 +193,7 @@ def decode(model, input_ids, logits_processor, stopping_criteria, generation_con
         outs = _decode(target, rows, run, max_new)
     run.streamer.end()
     settings.stats.new_tokens_by_row = [len(o) for o in outs]
+    settings.stats.forwards_by_row = settings.stats.forwards_by_row.tolist()
     settings.stats.new_tokens = sum(settings.stats.new_tokens_by_row)
     if settings.memory is not None:
         for source, out in zip(sources, outs):
@@ -207,7 +208,7 @@ def decode(model, input_ids, logits_processor, stopping_criteria, generation_con
 def _decode(target, rows: _Rows, run: _Run, max_new: int) -> list:
     """Run the loop; return the new tokens of each row."""
     outs = [[] for _ in rows.ids]
-    run.stats.forwards_by_row = [0] * len(outs)
+    run.stats.forwards_by_row = np.zeros(len(outs), dtype=np.int64)
     clock = run.stats.clock()
     logits = target.prefill(run.stats)  # [b, 1, V]
     empty = DraftBatch.pack([Draft.empty()] * len(outs), chain=True)
@@ -237,8 +238,7 @@ def _advance(target, rows: _Rows, outs, run: _Run, batch: DraftBatch, verdict, s
     scores/logits [b, N+1, V] are the step's; the rows' gained tokens read them along the accepted paths."""
     run.stats.draft_tokens += int(batch.sizes.sum())
     run.stats.accepted_tokens += int(verdict.counts.sum())
-    for rid in rows.ids:
-        run.stats.forwards_by_row[rid] += 1
+    run.stats.forwards_by_row[rows.ids] += 1
     cols = verdict.columns()
     if cols is not None:  # trees: the accepted path's columns, in order
         at, cols = torch.arange(len(cols), device=scores.device)[:, None], torch.from_numpy(cols).to(scores.device)

@@ -32,7 +32,7 @@ class Recorder:
     def add(self, row: int, scores: torch.Tensor, logits: torch.Tensor) -> None:
         """Record [n, V] scores and logits for the next n tokens of original row `row`."""
         if self.want_scores:
-            self.scores[row].extend(scores.unbind(0))
+            self.scores[row].extend(scores.float().unbind(0))
         if self.want_logits:
             self.logits[row].extend(logits.float().unbind(0))
 

@@ -118,8 +118,8 @@ class TreeCalibration:
     def update(self, probs: np.ndarray, accepted: np.ndarray) -> None:
         """Record verified nodes: their estimated probabilities and whether each was on the accepted path."""
         b = self._bin(probs)
-        np.add.at(self.accepted, b, accepted)
-        np.add.at(self.seen, b, 1.0)
+        self.accepted += np.bincount(b, accepted, minlength=len(self.EDGES))  # whole counts: exact in any order
+        self.seen += np.bincount(b, minlength=len(self.EDGES))
 
     def _bin(self, probs: np.ndarray) -> np.ndarray:
         return np.searchsorted(self.EDGES, probs, side="right") - 1
@@ -143,33 +143,44 @@ class DraftLength:
         self.max_tokens, self.cost = max_tokens, as_cost(cost)
         self.accepted = np.full(len(_BUCKETS), prior[0])
         self.rejected = np.full(len(_BUCKETS), prior[1])
-        self._tables = {}
+        self._tables, self._stale, self._costs = {}, {}, {}  # per batch size: lengths, buckets to redo, step costs
 
     def choose(self, match_lengths: np.ndarray) -> np.ndarray:
         """Draft length for each row, given the length of the match behind its next proposal (one per row)."""
         batch = len(match_lengths)
         if batch not in self._tables:
-            self._tables[batch] = self._best_lengths(row_cost(self.cost, batch))
-        lengths = self._tables[batch][self._bucket(match_lengths)]
-        return np.where(match_lengths > 0, lengths, 0)
+            self._costs[batch] = step_cost(row_cost(self.cost, batch), np.arange(self.max_tokens + 1))
+            self._tables[batch] = self._best_lengths(self._costs[batch], np.arange(len(_BUCKETS)))
+            self._stale[batch] = np.zeros(len(_BUCKETS), dtype=bool)
+        table, stale = self._tables[batch], self._stale[batch]
+        if stale.any():  # only the buckets a step taught anything since
+            redo = np.flatnonzero(stale)
+            table[redo] = self._best_lengths(self._costs[batch], redo)
+            stale[:] = False
+        return np.where(match_lengths > 0, table[self._bucket(match_lengths)], 0)
 
     def update(self, match_lengths: np.ndarray, drafted: np.ndarray, accepted: np.ndarray) -> None:
         """Record a step: the rows' match lengths, how many tokens each drafted and how many were accepted."""
         used = drafted > 0
+        if not used.any():
+            return
         buckets = self._bucket(match_lengths[used])
-        np.add.at(self.accepted, buckets, accepted[used])
-        np.add.at(self.rejected, buckets, (accepted[used] < drafted[used]).astype(float))
-        self._tables = {}
+        n = len(_BUCKETS)
+        self.accepted += np.bincount(buckets, accepted[used], minlength=n)  # whole counts: exact in any order
+        self.rejected += np.bincount(buckets, accepted[used] < drafted[used], minlength=n)
+        for stale in self._stale.values():
+            stale[buckets] = True
 
     def acceptance(self) -> np.ndarray:
         """Estimated per-token acceptance probability of each match-length bucket."""
         return self.accepted / (self.accepted + self.rejected)
 
-    def _best_lengths(self, cost: tuple) -> np.ndarray:
-        q = self.acceptance()[:, None]  # [buckets, 1]
+    def _best_lengths(self, costs: np.ndarray, buckets: np.ndarray) -> np.ndarray:
+        """Best draft length of each of `buckets`, given the step costs [K+1] of drafting 0..K tokens."""
+        q = self.acceptance()[buckets, None]  # [n, 1]
         k = np.arange(self.max_tokens + 1)[None, :]  # [1, K+1]
         gain = np.cumsum(np.where(k > 0, q ** k, 1.0), axis=1)  # expected tokens of a step drafting k
-        return np.argmax(gain / step_cost(cost, k), axis=1)
+        return np.argmax(gain / costs[None, :], axis=1)
 
     @staticmethod
     def _bucket(match_lengths: np.ndarray) -> np.ndarray:

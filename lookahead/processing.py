@@ -68,11 +68,12 @@ class Scorer:
 
     def __call__(self, logits: torch.Tensor, rows, outs, batch) -> torch.Tensor:
         """Processed float32 scores [b, N+1, V] from raw logits [b, N+1, V] (left unchanged) of a `DraftBatch`'s
-        forward: column c is scored with the row's tokens and the drafts on the path to c as its prefix."""
+        forward: column c is scored with the row's tokens and the drafts on the path to c as its prefix. Without
+        processors the logits themselves, in the model's dtype (their argmax is the same; no copy)."""
         self.vocab_size = logits.shape[-1]
-        scores = logits.float()
         if not (self.by_prefix or self.prefix_free):
-            return scores
+            return logits
+        scores = logits.float()
         scores = scores.clone() if scores.data_ptr() == logits.data_ptr() else scores
         heads = _heads(rows, outs) if self.by_prefix else None
         for c in range(scores.shape[1]) if self.by_prefix else ():

@@ -85,10 +85,11 @@ class TreeSizing:
         """Calibrate the node probabilities against the accepted paths; teach the chain floor how far it went."""
         matches = np.fromiter((d.match_length for d in batch.drafts), dtype=np.int64, count=len(batch.drafts))
         chains = [T.first_path(d.parents, int(k)) for d, k in zip(batch.drafts, self.length.choose(matches))]
-        for d, path in zip(batch.drafts, verdict.paths):
-            on_path = np.zeros(len(d), dtype=bool)
-            on_path[path] = True
-            self.calibration.update(d.probs, on_path)
+        on_path = np.zeros(int(batch.sizes.sum()), dtype=bool)  # every row's nodes, one after the other
+        starts = np.cumsum(batch.sizes) - batch.sizes
+        for start, path in zip(starts, verdict.paths):
+            on_path[start + np.asarray(path, dtype=np.int64)] = True
+        self.calibration.update(np.concatenate([d.probs for d in batch.drafts]), on_path)
         followed = [next((j for j, (a, b) in enumerate(zip(c, p)) if a != b), min(len(c), len(p)))
                     for c, p in zip(chains, verdict.paths)]  # accepted tokens of each chain
         self.length.update(matches, np.array([len(c) for c in chains], dtype=np.int64),

@@ -57,10 +57,28 @@ class CausalLM:
     """
 
     def __init__(self, model, input_ids: torch.Tensor, mask: torch.Tensor):
-        self.model, self.input_ids, self.mask = model, input_ids, mask  # mask [b, S]: cache slots each row sees
+        self.model, self.input_ids = model, input_ids
+        self._slots = torch.zeros((len(mask), 2 * mask.shape[1] + 64), dtype=mask.dtype, device=mask.device)
+        self._slots[:, : mask.shape[1]] = mask  # [b, capacity]: the cache slots each row sees, the first `width`
+        self.width = mask.shape[1]
         self.cache = new_cache(model)
         self.pos = mask.sum(-1).cpu().numpy()  # [b] position id of each row's next token
         self._trim = "logits_to_keep" in inspect.signature(model.forward).parameters
+
+    @property
+    def mask(self) -> torch.Tensor:
+        """[b, S] 1 on the cache slots each row sees."""
+        return self._slots[:, : self.width]
+
+    def _masked(self, step: np.ndarray) -> torch.Tensor:
+        """The cache mask followed by `step` [b, W] (slots of the next forward), without copying the cache mask."""
+        end = self.width + step.shape[1]
+        if end > self._slots.shape[1]:
+            grown = torch.zeros((len(self._slots), 2 * end), dtype=self._slots.dtype, device=self._slots.device)
+            grown[:, : self.width] = self.mask
+            self._slots = grown
+        self._slots[:, self.width:end] = torch.from_numpy(step).to(self._slots.device, self._slots.dtype)
+        return self._slots[:, :end]
 
     def sources(self) -> list:
         """Per row: the prompt's real tokens."""
@@ -81,8 +99,7 @@ class CausalLM:
         tokens = torch.from_numpy(np.concatenate([last[:, None], batch.tokens], axis=1)).to(device)
         if batch.chain:
             cols = np.arange(batch.width + 1)
-            step = torch.from_numpy(cols[None, :] <= batch.sizes[:, None]).to(device, self.mask.dtype)
-            mask, positions = torch.cat([self.mask, step], dim=1), self.pos[:, None] + cols[None, :]
+            mask, positions = self._masked(cols[None, :] <= batch.sizes[:, None]), self.pos[:, None] + cols[None, :]
         else:
             seen, depth = batch.ancestry
             mask, positions = T.tree_mask(self.mask, seen, self.model.dtype), self.pos[:, None] + depth
@@ -101,14 +118,14 @@ class CausalLM:
             slots = torch.from_numpy(verdict.columns()).to(self.mask.device)  # [b, W]
             keep_slots(self.cache, start, slots)
             width = slots.shape[1]
-        kept = np.arange(width)[None, :] <= verdict.counts[:, None]
-        self.mask = torch.cat([self.mask, torch.from_numpy(kept).to(self.mask.device, self.mask.dtype)], dim=1)
+        self._masked(np.arange(width)[None, :] <= verdict.counts[:, None])
+        self.width += width
         self.pos += verdict.counts + 1
 
     def keep(self, rows: list) -> None:
         """Keep only the batch rows `rows`, so that finished rows cost nothing more."""
-        select_rows(self.cache, torch.tensor(rows, device=self.mask.device))
-        self.mask, self.pos = self.mask[rows], self.pos[rows]
+        select_rows(self.cache, torch.tensor(rows, device=self._slots.device))
+        self._slots, self.pos = self._slots[rows], self.pos[rows]
 
 
 class Seq2SeqLM:

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import _kernels as K
+
 
 def greedy_accept(drafts: np.ndarray, draft_lens: np.ndarray, targets: np.ndarray) -> np.ndarray:
     """Number of draft tokens accepted per row.
@@ -15,8 +17,11 @@ def greedy_accept(drafts: np.ndarray, draft_lens: np.ndarray, targets: np.ndarra
     Returns:
         [B] int64, a[i] <= draft_lens[i]; row i gains drafts[i, :a[i]] followed by targets[i, a[i]].
     """
-    b, d = drafts.shape
-    if d == 0:
-        return np.zeros(b, dtype=np.int64)
-    ok = (drafts == targets[:, :d]) & (np.arange(d)[None, :] < draft_lens[:, None])  # [B, D]
-    return np.cumprod(ok, axis=1).sum(axis=1).astype(np.int64)
+    return greedy_accept_with_bonus(drafts, draft_lens, targets)[0]
+
+
+def greedy_accept_with_bonus(drafts: np.ndarray, draft_lens: np.ndarray, targets: np.ndarray) -> tuple:
+    """(accepted [B], the target's token after them [B]): `greedy_accept` and the next token in one pass."""
+    counts, bonus = np.empty(len(drafts), dtype=np.int64), np.empty(len(drafts), dtype=np.int64)
+    K.greedy_chain(drafts, draft_lens, targets, counts, bonus)
+    return counts, bonus

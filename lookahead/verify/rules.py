@@ -5,12 +5,11 @@ vectorised rules (`greedy_accept`, `sample_accept`), trees walk their branches (
 """
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from . import tree as T
 from .batch import DraftBatch, Verdict
-from .greedy import greedy_accept
+from .greedy import greedy_accept_with_bonus
 from .sampling import sample_accept
 
 
@@ -34,14 +33,13 @@ def greedy(batch: DraftBatch, scores: torch.Tensor) -> Verdict:
     """The longest draft path that equals the target's argmax, then the argmax after it."""
     targets = scores.argmax(-1).cpu().numpy()  # [b, N+1]; the one host-device sync
     if batch.chain:
-        counts = greedy_accept(batch.tokens, batch.sizes, targets)
-        return Verdict(counts, targets[np.arange(len(counts)), counts])
+        return Verdict(*greedy_accept_with_bonus(batch.tokens, batch.sizes, targets))
     return Verdict.of_paths(*T.greedy_tree_accept(batch.tokens, batch.parents, batch.sizes, targets))
 
 
 def sample(batch: DraftBatch, scores: torch.Tensor, generator=None) -> Verdict:
     """Speculative sampling (point-mass drafts): every emitted token is distributed as the target samples it."""
-    probs = torch.softmax(scores, dim=-1)
+    probs = torch.softmax(scores.float(), dim=-1)
     if batch.chain:
         return Verdict(*sample_accept(batch.tokens, batch.sizes, probs, generator))
     return Verdict.of_paths(*T.sample_tree_accept(batch.tokens, batch.parents, batch.sizes, probs, generator))

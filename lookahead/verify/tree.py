@@ -17,6 +17,9 @@ import numpy as np
 import torch
 
 from ..policy import as_cost, step_cost
+from . import _kernels as K
+
+K.warm_up()
 
 
 def pack_trees(trees: list) -> tuple:
@@ -39,12 +42,7 @@ def ancestry(parents: np.ndarray) -> tuple:
     b, n = parents.shape
     seen = np.zeros((b, n + 1, n + 1), dtype=bool)
     depth = np.zeros((b, n + 1), dtype=np.int64)
-    seen[:, 0, 0] = True
-    for j in range(n):  # parents come first, so a parent's row is complete when its child copies it
-        col = 1 + parents[:, j]  # [b] column of the parent (0: the root)
-        seen[:, j + 1] = seen[np.arange(b), col]
-        seen[:, j + 1, j + 1] = True
-        depth[:, j + 1] = depth[np.arange(b), col] + 1
+    K.ancestry(np.ascontiguousarray(parents, dtype=np.int64), seen, depth)
     return seen, depth
 
 
@@ -67,19 +65,10 @@ def greedy_tree_accept(tokens: np.ndarray, parents: np.ndarray, sizes: np.ndarra
     Returns:
         (paths, bonus): per row the accepted node indices root to leaf, and the target's own next token.
     """
-    paths, bonus = [], np.empty(len(sizes), dtype=np.int64)
-    for i, size in enumerate(sizes):
-        path, col = [], 0
-        while True:
-            want = targets[i, col]
-            hits = np.flatnonzero((parents[i, :size] == col - 1) & (tokens[i, :size] == want))
-            if len(hits) == 0:
-                break
-            path.append(int(hits[0]))
-            col = 1 + int(hits[0])
-        paths.append(path)
-        bonus[i] = targets[i, col]
-    return paths, bonus
+    b, n = tokens.shape
+    paths, counts, bonus = np.empty((b, n), dtype=np.int64), np.empty(b, dtype=np.int64), np.empty(b, dtype=np.int64)
+    K.greedy_tree(tokens, parents, sizes, targets, paths, counts, bonus)
+    return [paths[i, :a].tolist() for i, a in enumerate(counts)], bonus
 
 
 def sample_tree_accept(tokens: np.ndarray, parents: np.ndarray, sizes: np.ndarray, probs: torch.Tensor,
@@ -158,14 +147,8 @@ def first_path(parents: np.ndarray, k: int) -> list:
     >>> first_path(np.array([-1, -1, 0, 1, 2]), 5)
     [0, 2, 4]
     """
-    path, node = [], -1
-    while len(path) < k:
-        children = np.flatnonzero(parents == node)
-        if len(children) == 0:
-            break
-        node = int(children[0])
-        path.append(node)
-    return path
+    out = np.empty(max(k, 0), dtype=np.int64)
+    return out[:K.first_path(parents, k, out)].tolist()
 
 
 def best_size(probs: np.ndarray, cost) -> int:

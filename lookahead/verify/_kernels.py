@@ -1,0 +1,92 @@
+"""Numba kernels of the acceptance step: tree ancestry, greedy acceptance of chains and trees, a tree's first path.
+
+Module-level @njit functions over int arrays; each writes into buffers the caller owns and returns a count or
+nothing. They replace per-row, per-depth Python loops whose cost grew with the batch and the tree.
+"""
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True)
+def ancestry(parents, seen, depth):
+    """seen[i, c, c'] = column c' is column c or one of its ancestors; depth[i, c] = edges from the root.
+
+    parents [b, n] (-1: child of the root, column 0); seen [b, n+1, n+1] bool and depth [b, n+1] int64, zeroed.
+    """
+    b, n = parents.shape
+    for i in range(b):
+        seen[i, 0, 0] = True
+        for j in range(n):  # parents come first: the parent's row is complete when its child copies it
+            col, up = j + 1, parents[i, j] + 1
+            for c in range(col):
+                seen[i, col, c] = seen[i, up, c]
+            seen[i, col, col] = True
+            depth[i, col] = depth[i, up] + 1
+
+
+@njit(cache=True)
+def greedy_chain(drafts, lens, targets, counts, bonus):
+    """Per row, the longest draft prefix equal to the target's argmax (counts) and the argmax after it (bonus).
+
+    drafts [b, d], lens [b], targets [b, d+1]; counts and bonus [b] are written.
+    """
+    for i in range(drafts.shape[0]):
+        a = 0
+        while a < lens[i] and drafts[i, a] == targets[i, a]:
+            a += 1
+        counts[i] = a
+        bonus[i] = targets[i, a]
+
+
+@njit(cache=True)
+def greedy_tree(tokens, parents, sizes, targets, paths, counts, bonus):
+    """Per row, the longest root path whose every node equals the target's argmax at its parent.
+
+    tokens, parents [b, n], sizes [b], targets [b, n+1]; writes the path's node indices into paths [b, n], its
+    length into counts [b] and the argmax after its last node into bonus [b]. Among siblings the first match wins.
+    """
+    for i in range(tokens.shape[0]):
+        col, a = 0, 0
+        found = True
+        while found:
+            found = False
+            want = targets[i, col]
+            for j in range(col, sizes[i]):  # children come after their parent: start the scan at it
+                if parents[i, j] == col - 1 and tokens[i, j] == want:
+                    paths[i, a] = j
+                    a += 1
+                    col = j + 1
+                    found = True
+                    break
+        counts[i] = a
+        bonus[i] = targets[i, col]
+
+
+@njit(cache=True)
+def first_path(parents, k, out):
+    """The first child at each depth, at most k deep, into out; returns its length."""
+    node, m = -1, 0
+    while m < k:
+        nxt = -1
+        for j in range(node + 1, parents.shape[0]):
+            if parents[j] == node:
+                nxt = j
+                break
+        if nxt < 0:
+            break
+        out[m] = nxt
+        node = nxt
+        m += 1
+    return m
+
+
+def warm_up() -> None:
+    """Compile (or load from cache) the kernels on a non-empty input."""
+    parents = np.array([[-1, 0, -1]], dtype=np.int64)
+    tokens = np.array([[5, 6, 7]], dtype=np.int64)
+    targets = np.array([[5, 6, 0, 0]], dtype=np.int64)
+    ancestry(parents, np.zeros((1, 4, 4), dtype=np.bool_), np.zeros((1, 4), dtype=np.int64))
+    one, two = np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64)
+    greedy_chain(tokens, np.array([3], dtype=np.int64), targets, one, two)
+    greedy_tree(tokens, parents, np.array([3], dtype=np.int64), targets, np.zeros((1, 3), dtype=np.int64), one, two)
+    first_path(parents[0], 2, np.zeros(2, dtype=np.int64))

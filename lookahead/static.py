@@ -11,7 +11,9 @@ Rows that finish stay in the batch (their outputs are ignored) so that shapes ne
 """
 from __future__ import annotations
 
+import functools
 import inspect
+import math
 import logging
 import weakref
 
@@ -90,15 +92,40 @@ def check_static(model, slots: int) -> None:
 
 
 class _State:
-    """What outlives a call for one (model, batch, slots, dtype): the cache, the step buffers and the CUDA graphs."""
+    """What outlives a call for one (model, batch, slots, dtype): the cache, the step buffers, the step function
+    (compiled when asked) and the CUDA graphs captured over it."""
 
-    def __init__(self, model, batch: int, slots: int):
+    def __init__(self, model, batch: int, slots: int, compile_config=None):
         device = model.device
         self.cache = SlotCache(model.config, batch, slots, model.dtype, device)
         self.prompt_valid = torch.zeros((batch, slots), dtype=torch.bool, device=device)
         self.start = torch.zeros((), dtype=torch.long, device=device)  # first slot after the prompts
         self.inputs, self.outputs, self.graphs = {}, {}, {}
         self.pool = None
+        self.step = functools.partial(_step, weakref.proxy(model), self)
+        if compile_config is not None:  # fused kernels; the graphs stay ours, so never torch's own cudagraphs
+            options = compile_config.to_dict() if hasattr(compile_config, "to_dict") else dict(compile_config)
+            if options.get("mode") == "reduce-overhead":
+                options["mode"] = "max-autotune-no-cudagraphs" if device.type == "cuda" else "default"
+            self.step = torch.compile(self.step, **{k: v for k, v in options.items()
+                                                    if k in ("fullgraph", "dynamic", "backend", "mode", "options")})
+
+
+def _step(model, state: _State, inputs: torch.Tensor) -> torch.Tensor:
+    """The forward of a step from its input buffer [b, 2Q + 1 + Q^2] (tokens, positions, next slots, ancestry)."""
+    width = math.isqrt(inputs.shape[1]) - 1  # the buffer holds (width + 1)**2 columns
+    tokens, positions, write = inputs[:, :width], inputs[:, width:2 * width], inputs[:, 2 * width]
+    anc = inputs[:, 2 * width + 1:].view(-1, width, width).bool()  # [b, Q, Q] query q sees step column c
+    s = torch.arange(state.cache.slots, device=inputs.device)
+    committed = state.prompt_valid | ((s[None, :] >= state.start) & (s[None, :] < write[:, None]))  # [b, S]
+    offset = s[None, None, :] - write[:, None, None]  # [b, 1, S] step column of each slot
+    in_step = (offset >= 0) & (offset < width)
+    sees = anc.gather(2, offset.clamp(0, width - 1).expand(-1, width, -1))  # [b, Q, S]
+    allowed = committed[:, None, :] & ~in_step | in_step & sees
+    state.cache.writes = write[:, None] + torch.arange(width, device=inputs.device)[None, :]
+    return model(input_ids=tokens, attention_mask=_additive(allowed, model.dtype), position_ids=positions,
+                 past_key_values=state.cache, use_cache=True,
+                 cache_position=torch.arange(width, device=inputs.device)).logits
 
 
 class StaticCausalLM:
@@ -110,18 +137,21 @@ class StaticCausalLM:
         max_new: most new tokens per row.
         max_width: most draft tokens or nodes per row and step.
         graphs: capture and replay CUDA graphs (CUDA only).
+        compile_config: a transformers `CompileConfig` (or a dict of `torch.compile` options): the step is compiled
+            once per width before it is captured; None runs the eager step.
     """
 
     def __init__(self, model, input_ids: torch.Tensor, mask: torch.Tensor, max_new: int, max_width: int,
-                 graphs: bool):
+                 graphs: bool, compile_config=None):
         b, p = input_ids.shape
         self.widths = [w for w in WIDTHS if w < max_width + 1] + [_bucket(max_width + 1)]
         slots = -(-(p + max_new + self.widths[-1]) // 256) * 256  # rounded, so that later calls reuse the state
         check_static(model, slots)
         self.model, self.input_ids, self.mask, self.p = model, input_ids, mask, p
         self.graphs = graphs and model.device.type == "cuda"
-        key = (b, slots, model.dtype)
-        self.state = _STATES.setdefault(model, {}).get(key) or _STATES[model].setdefault(key, _State(model, b, slots))
+        key = (b, slots, model.dtype, None if compile_config is None else repr(compile_config))
+        states = _STATES.setdefault(model, {})
+        self.state = states.get(key) or states.setdefault(key, _State(model, b, slots, compile_config))
         self.pos = mask.sum(-1).cpu().numpy()  # [b] position id of each row's next token
         self.write = np.full(b, p, dtype=np.int64)  # [b] each row's next slot
         self.active = np.arange(b)  # rows of the call still running, in the loop's order
@@ -204,28 +234,11 @@ class StaticCausalLM:
             state.inputs[width] = torch.zeros_like(self.host[width], device=self.model.device)
         state.inputs[width].copy_(self.host[width], non_blocking=True)
         if not self.graphs:
-            return self._step(width)
+            return state.step(state.inputs[width])
         if width not in state.graphs:
             self._capture(width)
         state.graphs[width].replay()
         return state.outputs[width]
-
-    def _step(self, width: int) -> torch.Tensor:
-        """The forward of a step from its input buffer: tokens, positions, next slots, ancestry -> logits."""
-        state = self.state
-        inputs = state.inputs[width]
-        tokens, positions, write = inputs[:, :width], inputs[:, width:2 * width], inputs[:, 2 * width]
-        anc = inputs[:, 2 * width + 1:].view(-1, width, width).bool()  # [b, Q, Q] query q sees step column c
-        s = torch.arange(state.cache.slots, device=inputs.device)
-        committed = state.prompt_valid | ((s[None, :] >= state.start) & (s[None, :] < write[:, None]))  # [b, S]
-        offset = s[None, None, :] - write[:, None, None]  # [b, 1, S] step column of each slot
-        in_step = (offset >= 0) & (offset < width)
-        sees = anc.gather(2, offset.clamp(0, width - 1).expand(-1, width, -1))  # [b, Q, S]
-        allowed = committed[:, None, :] & ~in_step | in_step & sees
-        state.cache.writes = write[:, None] + torch.arange(width, device=inputs.device)[None, :]
-        return self.model(input_ids=tokens, attention_mask=_additive(allowed, self.model.dtype), position_ids=positions,
-                          past_key_values=state.cache, use_cache=True,
-                          cache_position=torch.arange(width, device=inputs.device)).logits
 
     def _capture(self, width: int) -> None:
         """Warm the step of `width` up on a side stream, then capture it as a CUDA graph (gpt-fast, vLLM)."""
@@ -233,11 +246,11 @@ class StaticCausalLM:
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
-            self._step(width)  # writes only slots no row has committed yet
+            state.step(state.inputs[width])  # writes only slots no row has committed yet
         torch.cuda.current_stream().wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=state.pool):
-            state.outputs[width] = self._step(width)
+            state.outputs[width] = state.step(state.inputs[width])
         state.pool = graph.pool()
         state.graphs[width] = graph
 

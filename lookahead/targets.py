@@ -30,7 +30,8 @@ def make_target(model, input_ids: torch.Tensor, inputs_tensor, model_kwargs: dic
     """The model wrapped for the loop, after checking that max_new tokens fit its position limit.
 
     `config` is the call's generation config: `cache_implementation="static"` gives a `StaticCausalLM` (CUDA graphs
-    on CUDA unless `disable_compile`); `max_width` is the most draft tokens or nodes a row verifies per step.
+    on CUDA unless `disable_compile`; a `compile_config` compiles the step first); `max_width` is the most draft
+    tokens or nodes a row verifies per step.
     """
     static = getattr(config, "cache_implementation", None) == "static"
     if getattr(model.config, "is_encoder_decoder", False):
@@ -43,7 +44,8 @@ def make_target(model, input_ids: torch.Tensor, inputs_tensor, model_kwargs: dic
     V.check_length(model, mask, max_new)
     if static:
         graphs = not getattr(config, "disable_compile", False)
-        return StaticCausalLM(model, input_ids, mask, max_new, max_width, graphs)
+        compile_config = getattr(config, "compile_config", None) if graphs else None
+        return StaticCausalLM(model, input_ids, mask, max_new, max_width, graphs, compile_config)
     return CausalLM(model, input_ids, mask)
 
 

@@ -95,3 +95,13 @@ def test_static_refuses_what_it_cannot_hold():
     mistral = T.MistralForCausalLM(config).eval()
     with pytest.raises(ValueError, match="sliding window of 64 tokens"):
         generate(mistral, torch.tensor([[5, 6, 7]]), max_new_tokens=100, cache_implementation="static")
+
+
+def test_a_compiled_step_gives_the_same_tokens():
+    """compile_config compiles the step (once per width) before it runs; the tokens stay greedy's."""
+    model = tiny_model("llama")
+    ids = repeated_prompt(0, 40)[None]
+    expected = model.generate(ids, do_sample=False, max_new_tokens=30)
+    out = generate(model, ids, max_new_tokens=30, cache_implementation="static", compile_config=T.CompileConfig(),
+                   num_draft_tokens=3)
+    assert torch.equal(out, expected)

@@ -175,7 +175,6 @@ def decode(model, input_ids, logits_processor, stopping_criteria, generation_con
     V.check_draft_shape(model, settings.draft)
     eos = settings.eos if settings.eos is not None else _ids(generation_config.eos_token_id)
     pad = _ids(generation_config.pad_token_id) or eos[:1] or (0,)
-    V.check_int("pad_token_id", pad[0], 0, V.vocab_size(model) - 1)
     max_new = _max_new(stopping_criteria, input_ids.shape[1])
     max_width = max(settings.num_draft_tokens, settings.max_draft_nodes if settings.draft == "tree" else 0)
     target = make_target(model, input_ids, inputs_tensor, model_kwargs, max_new, generation_config, max_width)

@@ -39,6 +39,14 @@ IDS = torch.tensor([[5, 6, 7, 8]])
          "max_new_tokens=600 with a prompt of 4 tokens exceeds the model's position limit of 512"),
         ((IDS,), {"eos_token_id": "x"}, TypeError, "eos_token_id must be an int or a list of ints"),
         ((IDS,), {"pad_token_id": 1.5}, TypeError, "pad_token_id must be an int"),
+        ((IDS,), {"pad_token_id": -1}, ValueError, "pad_token_id must be >= 0, got -1"),
+        ((IDS,), {"pad_token_id": 10**6}, ValueError, "pad_token_id must be <= 95, got 1000000"),
+        ((IDS,), {"generator": 2**70}, ValueError, "generator must be <= 18446744073709551615"),
+        ((IDS,), {"num_draft_tokens": 10**6}, ValueError, "num_draft_tokens must be <= 1024, got 1000000"),
+        ((IDS,), {"max_draft_nodes": 10**6}, ValueError, "max_draft_nodes must be <= 1024, got 1000000"),
+        ((IDS,), {"max_ngram": 3 * 10**6}, ValueError, "max_ngram must be <= 64, got 3000000"),
+        ((IDS,), {"memory": 1000}, TypeError, "memory must be a lookahead.Memory, got int"),
+        ((IDS,), {"draft": "tree"}, ValueError, "draft='tree' needs lookup='suffix'"),
     ],
 )
 def test_bad_arguments(model, args, kwargs, error, message):
@@ -82,3 +90,11 @@ def test_rejects_a_model_that_cannot_use_a_cache():
     model = _NoCacheLM(T.LlamaConfig(vocab_size=32, hidden_size=8, num_hidden_layers=1, num_attention_heads=1))
     with pytest.raises(TypeError, match="must accept past_key_values and use_cache .* _NoCacheLM does not"):
         generate(model, IDS)
+
+
+@pytest.mark.parametrize("mask", [torch.tensor([[False, True, True, True]]), torch.tensor([[0.0, 1.0, 1.0, 1.0]])])
+def test_bool_and_float_attention_masks_are_accepted(model, mask):
+    """A bool or float mask means what transformers takes it to mean."""
+    ids = torch.tensor([[0, 5, 6, 7]])
+    expected = model.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=8)
+    assert torch.equal(generate(model, ids, attention_mask=mask, max_new_tokens=8), expected)

@@ -125,3 +125,13 @@ def test_tree_size_follows_the_cost_of_verification():
     assert T.best_size(probs, 2.0) == 0
     assert T.best_size(probs, (1.5, 0.0)) == 5  # a fixed overhead asks for all the gain there is
     assert T.best_size(probs[:1] / 2, (1.0, 0.0)) == 0  # 0.45 expected tokens do not pay a doubled forward
+
+
+def test_no_draft_tokens_is_plain_decoding_for_trees_too():
+    """num_draft_tokens=0 turns drafting off whatever the draft shape."""
+    model = tiny_model("llama")
+    ids = repeated_prompt(0, 40)[None]
+    out, stats = generate(model, ids, lookup="suffix", draft="tree", num_draft_tokens=0, max_new_tokens=20,
+                          return_stats=True)
+    assert torch.equal(out, model.generate(ids, do_sample=False, max_new_tokens=20))
+    assert stats.draft_tokens == 0 and stats.forward_passes == 20

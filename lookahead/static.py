@@ -155,6 +155,7 @@ class StaticCausalLM:
         self.pos = mask.sum(-1).cpu().numpy()  # [b] position id of each row's next token
         self.write = np.full(b, p, dtype=np.int64)  # [b] each row's next slot
         self.active = np.arange(b)  # rows of the call still running, in the loop's order
+        self._active = torch.arange(b, device=model.device)  # the same on the device
         self.host = {}  # width -> pinned host copy of the step inputs
 
     def sources(self) -> list:
@@ -198,7 +199,7 @@ class StaticCausalLM:
         anc[rows, :n, :n] = np.tril(np.ones((n, n), dtype=np.int64)) if batch.chain else batch.ancestry[0]
         logits = self._run(width)
         stats.add_forward(len(rows))
-        return logits[torch.from_numpy(rows).to(logits.device), :n]
+        return logits[self._active, :n]  # a copy: the next replay overwrites the graph's output
 
     def commit(self, batch, verdict) -> None:
         """Advance each running row past its last token and accepted drafts (trees: packed behind it first)."""
@@ -209,14 +210,17 @@ class StaticCausalLM:
             dst = src.copy()
             src[rows] += cols
             dst[rows] += np.arange(cols.shape[1])[None, :]
-            dev = self.model.device
-            self.state.cache.move(torch.from_numpy(src).to(dev), torch.from_numpy(dst).to(dev))
+            moves = torch.from_numpy(np.stack([src, dst]))
+            moves = moves.pin_memory() if self.graphs else moves
+            moves = moves.to(self.model.device, non_blocking=True)
+            self.state.cache.move(moves[0], moves[1])
         self.write[rows] += verdict.counts + 1
         self.pos[rows] += verdict.counts + 1
 
     def keep(self, rows: list) -> None:
         """Keep running only the loop's rows `rows` (the others stay in the batch, ignored)."""
         self.active = self.active[rows]
+        self._active = torch.from_numpy(self.active).to(self.model.device)
 
     def _host(self, width: int) -> np.ndarray:
         """The pinned host buffer of a step's inputs (a numpy view [b, 2 * width + 1 + width**2]): tokens, positions,

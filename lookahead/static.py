@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import math
 import logging
 import weakref
 
@@ -23,6 +22,8 @@ from transformers.cache_utils import Cache, CacheLayerMixin
 
 logger = logging.getLogger(__name__)
 WIDTHS = (1, 2, 4, 8, 16, 32, 64)  # query widths a step is padded to (one CUDA graph each)
+_BIT = (np.uint64(1) << np.arange(64, dtype=np.uint64)).view(np.int64)  # query q sees itself
+_UPTO = (np.cumsum(_BIT.view(np.uint64), dtype=np.uint64)).view(np.int64)  # query q sees columns 0..q (a chain)
 _STATES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> {(batch, slots, dtype): _State}
 
 
@@ -112,10 +113,11 @@ class _State:
 
 
 def _step(model, state: _State, inputs: torch.Tensor) -> torch.Tensor:
-    """The forward of a step from its input buffer [b, 2Q + 1 + Q^2] (tokens, positions, next slots, ancestry)."""
-    width = math.isqrt(inputs.shape[1]) - 1  # the buffer holds (width + 1)**2 columns
+    """The forward of a step from its input buffer [b, 3Q + 1] (tokens, positions, next slots, ancestry bits)."""
+    width = inputs.shape[1] // 3
     tokens, positions, write = inputs[:, :width], inputs[:, width:2 * width], inputs[:, 2 * width]
-    anc = inputs[:, 2 * width + 1:].view(-1, width, width).bool()  # [b, Q, Q] query q sees step column c
+    shifts = torch.arange(width, device=inputs.device)
+    anc = (inputs[:, 2 * width + 1:, None] >> shifts & 1).bool()  # [b, Q, Q] query q sees step column c
     s = torch.arange(state.cache.slots, device=inputs.device)
     committed = state.prompt_valid | ((s[None, :] >= state.start) & (s[None, :] < write[:, None]))  # [b, S]
     offset = s[None, None, :] - write[:, None, None]  # [b, 1, S] step column of each slot
@@ -185,18 +187,20 @@ class StaticCausalLM:
         """One forward over [last token, draft nodes] of the running rows; logits [b, N+1, V]."""
         n = batch.width + 1
         width = next(w for w in self.widths if w >= n)
-        host = self._host(width)
-        host[:] = 0
-        rows = self.active
+        host, rows, cols = self._host(width), self.active, np.arange(width)
+        host[:, :width] = 0
         host[rows, 0] = last
         host[rows, 1:n] = batch.tokens
-        depth = np.broadcast_to(np.arange(n), (len(rows), n)) if batch.chain else batch.ancestry[1]
-        host[:, width:2 * width] = self.pos[:, None] + np.arange(width)[None, :]
-        host[rows, width:width + n] = self.pos[rows, None] + depth
+        host[:, width:2 * width] = self.pos[:, None] + cols[None, :]
         host[:, 2 * width] = self.write
-        anc = host[:, 2 * width + 1:].reshape(-1, width, width)
-        anc[:] = np.eye(width, dtype=np.int64)
-        anc[rows, :n, :n] = np.tril(np.ones((n, n), dtype=np.int64)) if batch.chain else batch.ancestry[0]
+        host[:, 2 * width + 1:] = _BIT[:width]  # padding columns see themselves (and the committed slots)
+        if batch.chain:
+            host[rows, width + 1:width + n] = self.pos[rows, None] + cols[None, 1:n]
+            host[rows, 2 * width + 1:2 * width + 1 + n] = _UPTO[:n]
+        else:
+            seen, depth = batch.ancestry
+            host[rows, width:width + n] = self.pos[rows, None] + depth
+            host[rows, 2 * width + 1:2 * width + 1 + n] = _bits(seen)
         logits = self._run(width)
         stats.add_forward(len(rows))
         return logits[self._active, :n]  # a copy: the next replay overwrites the graph's output
@@ -223,11 +227,11 @@ class StaticCausalLM:
         self._active = torch.from_numpy(self.active).to(self.model.device)
 
     def _host(self, width: int) -> np.ndarray:
-        """The pinned host buffer of a step's inputs (a numpy view [b, 2 * width + 1 + width**2]): tokens, positions,
-        the next slot, the ancestry."""
+        """The pinned host buffer of a step's inputs (a numpy view [b, 3 * width + 1]): tokens, positions, the next
+        slot, and per query the step columns it sees as the bits of one int64."""
         if width not in self.host:
             b = len(self.write)
-            buf = torch.zeros((b, 2 * width + 1 + width * width), dtype=torch.long)
+            buf = torch.zeros((b, 3 * width + 1), dtype=torch.long)
             self.host[width] = buf.pin_memory() if self.graphs else buf
         return self.host[width].numpy()
 
@@ -257,6 +261,12 @@ class StaticCausalLM:
             state.outputs[width] = state.step(state.inputs[width])
         state.pool = graph.pool()
         state.graphs[width] = graph
+
+
+def _bits(seen: np.ndarray) -> np.ndarray:
+    """[b, n, n] bool (query q sees column c) -> [b, n] int64 with bit c set where q sees c (n <= 64)."""
+    return (seen.astype(np.uint64) << np.arange(seen.shape[2], dtype=np.uint64)).sum(-1, dtype=np.uint64).view(
+        np.int64)
 
 
 def _bucket(n: int) -> int:

@@ -5,7 +5,9 @@ import functools
 
 import numpy as np
 
-from . import _suffix_kernels as K
+from . import _suffix_build as K
+from ._suffix_build import Automaton
+from ._suffix_draft import Scratch, suffix_chain, suffix_tree
 from .draft import Draft
 from ._tokens import as_token_array, range_error, table_size as _table_size
 
@@ -87,12 +89,12 @@ class SuffixIndex:
         self.memory = float(memory)
         self.max_guesses = int(max_guesses)
         self._allocate(_MIN_CAPACITY)
-        self._chain = np.empty(0, dtype=np.int64)
+        self._buf = None
         self._buffers(32)
         _warm_up()
 
     def __len__(self) -> int:
-        return int(self._meta[K.N])
+        return int(self._sam.meta[K.N])
 
     def __repr__(self) -> str:
         return (f"SuffixIndex(min_prob={self.min_prob}, max_branch={self.max_branch}, memory={self.memory}, "
@@ -101,8 +103,9 @@ class SuffixIndex:
     @property
     def match_length(self) -> int:
         """Length of the longest suffix of the held tokens that also occurs earlier (0 when none does)."""
-        link = self._st[self._meta[K.CUR], K.LINK]
-        return int(self._st[link, K.LEN]) if link > 0 else 0
+        st, meta = self._sam.st, self._sam.meta
+        link = st[meta[K.CUR], K.LINK]
+        return int(st[link, K.LEN]) if link > 0 else 0
 
     def reset(self) -> None:
         """Forget every token held and everything learned."""
@@ -119,8 +122,7 @@ class SuffixIndex:
         extra = new.shape[0]
         if extra > self._room:
             self._reserve(extra)
-        if extra and K.suffix_extend(new, self._hist, self._st, self._ed, self._table, self._meta, self._stats,
-                                   self._top) < 0:
+        if extra and K.suffix_extend(new, self._arrays) < 0:
             raise range_error(new)
         self._room -= extra
 
@@ -132,7 +134,7 @@ class SuffixIndex:
         >>> idx.extend([1, 2, 3, 4, *range(300, 400), 1]); idx.propose(3).tolist()  # not 5, 6, 7
         [2, 3, 4]
         """
-        self._meta[K.BOUND] = self._meta[K.N]
+        self._sam.meta[K.BOUND] = self._sam.meta[K.N]
 
     def propose(self, max_tokens: int) -> np.ndarray:
         """The most probable continuation, up to ``max_tokens`` tokens (int64, empty when nothing recurs).
@@ -143,12 +145,11 @@ class SuffixIndex:
         >>> idx = SuffixIndex(); idx.extend([1, 2, 3, 1]); idx.propose(5).tolist()
         [2, 3, 1, 2, 3]
         """
-        if type(max_tokens) is not int or max_tokens < 0 or max_tokens > self._chain.shape[0]:
+        if type(max_tokens) is not int or max_tokens < 0 or max_tokens > self._buf.chain.shape[0]:
             _check_budget("max_tokens", max_tokens)
             self._buffers(max_tokens)
-        m = K.suffix_chain(self._hist, self._st, self._ed, self._table, self._meta, self._stats, self._top,
-                           max_tokens, self._cand, self._cprob, self._chain)
-        return self._chain[:m].copy()
+        m = suffix_chain(self._arrays, self._scratch, max_tokens)
+        return self._buf.chain[:m].copy()
 
     def propose_tree(self, max_nodes: int) -> Draft:
         """A draft tree of at most ``max_nodes`` nodes, most probable first.
@@ -164,49 +165,52 @@ class SuffixIndex:
         >>> idx = SuffixIndex(); idx.extend([1, 2, 1, 3, 1]); idx.propose_tree(2).tokens.tolist()
         [3, 2]
         """
-        if type(max_nodes) is not int or max_nodes < 0 or max_nodes > self._chain.shape[0]:
+        if type(max_nodes) is not int or max_nodes < 0 or max_nodes > self._buf.chain.shape[0]:
             _check_budget("max_nodes", max_nodes)
             self._buffers(max_nodes)
-        m = K.suffix_tree(self._hist, self._st, self._ed, self._table, self._meta, self._stats, self._top,
-                          max_nodes, self._cand, self._cprob, self._heap, self._tree, self._tree_probs)
-        tree = self._tree[:, :m].copy()
-        return Draft(tree[0], tree[1], self._tree_probs[:m].copy(), self.match_length)
+        m = suffix_tree(self._arrays, self._scratch, max_nodes)
+        tree = self._buf.tree[:, :m].copy()
+        return Draft(tree[0], tree[1], self._buf.probs[:m].copy(), self.match_length)
 
     def _allocate(self, capacity: int) -> None:
-        self._hist, self._room = np.empty(capacity, dtype=np.int32), capacity
-        self._st = np.empty((2 * capacity + 2, 9), dtype=np.int32)
-        self._ed = np.empty((3 * capacity + 8, 4), dtype=np.int32)
-        self._table = np.full(_table_size(2 * self._ed.shape[0]), -1, dtype=np.int32)
-        self._meta = np.array([0, 1, 0, 0, self.max_branch, -1, 0, -1, self.max_guesses, 0], dtype=np.int64)
-        self._top = np.full((K.GK, 3), -1, dtype=np.int64)
-        self._st[0, :] = -1
-        self._st[0, K.LEN], self._st[0, K.CNT], self._st[0, K.DEG] = 0, 0, 0
-        self._stats = np.zeros((K.MISS + K.GK, 3), dtype=np.float64)
-        self._stats[K.PARAMS] = (self.min_prob, _PRIOR_WEIGHT, 0.5 ** (1.0 / self.memory))
+        st = np.empty((2 * capacity + 2, 9), dtype=np.int32)
+        st[0, :] = -1
+        st[0, K.LEN], st[0, K.CNT], st[0, K.DEG] = 0, 0, 0
+        ed = np.empty((3 * capacity + 8, 4), dtype=np.int32)
+        stats = np.zeros((K.MISS + K.GK, 3), dtype=np.float64)
+        stats[K.PARAMS] = (self.min_prob, _PRIOR_WEIGHT, 0.5 ** (1.0 / self.memory))
+        self._hold(Automaton(
+            hist=np.empty(capacity, dtype=np.int32), st=st, ed=ed,
+            table=np.full(_table_size(2 * ed.shape[0]), -1, dtype=np.int32),
+            meta=np.array([0, 1, 0, 0, self.max_branch, -1, 0, -1, self.max_guesses, 0], dtype=np.int64),
+            stats=stats, top=np.full((K.GK, 3), -1, dtype=np.int64)))
+        self._room = capacity
+
+    def _hold(self, sam: Automaton) -> None:
+        """Keep the automaton's arrays, by name and as the plain tuple the kernels take (see `_suffix_build`)."""
+        self._sam, self._arrays = sam, tuple(sam)
 
     def _reserve(self, extra: int) -> None:
         """Grow the buffers to the automaton's worst case (2n states, 3n edges) for n + extra tokens."""
-        held = int(self._meta[K.N])
-        if held + extra > self._hist.shape[0]:
-            capacity = max(2 * self._hist.shape[0], held + extra)
-            self._hist = _grown(self._hist, capacity, held)
-            self._st = _grown(self._st, 2 * capacity + 2, int(self._meta[K.NS]))
-            self._ed = _grown(self._ed, 3 * capacity + 8, int(self._meta[K.NE]))
-            self._table = np.full(_table_size(2 * self._ed.shape[0]), -1, dtype=np.int32)
-            K.suffix_rehash(self._ed, self._table, self._meta)
-        self._room = self._hist.shape[0] - held
+        sam, held = self._sam, len(self)
+        if held + extra > sam.hist.shape[0]:
+            capacity = max(2 * sam.hist.shape[0], held + extra)
+            ed = _grown(sam.ed, 3 * capacity + 8, int(sam.meta[K.NE]))
+            self._hold(sam._replace(hist=_grown(sam.hist, capacity, held),
+                                    st=_grown(sam.st, 2 * capacity + 2, int(sam.meta[K.NS])), ed=ed,
+                                    table=np.full(_table_size(2 * ed.shape[0]), -1, dtype=np.int32)))
+            K.suffix_rehash(self._arrays)
+        self._room = self._sam.hist.shape[0] - held
 
     def _buffers(self, budget: int) -> None:
         """Scratch for proposals of up to `budget` tokens or nodes (each node pushes <= max_branch + 2, a guessing
         root <= GK)."""
-        if budget > self._chain.shape[0]:
-            rows = 1 + 2 * K.GK + (max(budget, 32) + 1) * (self.max_branch + 2)
-            self._cand = np.empty((rows, 6), dtype=np.int32)
-            self._cprob = np.empty(rows, dtype=np.float64)
-            self._heap = np.empty(rows, dtype=np.int32)
-            self._chain = np.empty(max(budget, 32), dtype=np.int64)
-            self._tree = np.empty((2, max(budget, 32)), dtype=np.int64)
-            self._tree_probs = np.empty(max(budget, 32), dtype=np.float64)
+        if self._buf is None or budget > self._buf.chain.shape[0]:
+            rows, size = 1 + 2 * K.GK + (max(budget, 32) + 1) * (self.max_branch + 2), max(budget, 32)
+            self._buf = Scratch(cand=np.empty((rows, 6), dtype=np.int32), cprob=np.empty(rows, dtype=np.float64),
+                                heap=np.empty(rows, dtype=np.int32), chain=np.empty(size, dtype=np.int64),
+                                tree=np.empty((2, size), dtype=np.int64), probs=np.empty(size, dtype=np.float64))
+            self._scratch = tuple(self._buf)
 
 
 def _check_budget(name: str, value) -> None:
@@ -226,7 +230,7 @@ def _warm_up() -> None:
     idx = SuffixIndex.__new__(SuffixIndex)
     idx.min_prob, idx.max_branch, idx.memory, idx.max_guesses = 0.0, 2, 1.0, 2
     idx._allocate(16)
-    idx._chain = np.empty(0, dtype=np.int64)
+    idx._buf = None
     idx._buffers(4)
     for dtype in (np.int32, np.int64):
         idx.extend(np.array([1, 2, 3, 1, 2, 4, 1, 2], dtype))

@@ -55,6 +55,7 @@ REJOIN_CHECK = 32  # tokens of the match compared when looking for where the tex
 # a new copy starts from the first occurrence (sources are read front to back) unless the most recent one has
 # predicted the text this much better
 RECENT_ODDS = 5.0 / 3.0
+PRIOR_WEIGHT = 4.0  # pseudo-observations behind the prior hit rate m / (m + 2) of a length-m match
 _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 
 kernel = functools.partial(njit, cache=True, _nrt=False)

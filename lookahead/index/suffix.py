@@ -5,14 +5,15 @@ import functools
 
 import numpy as np
 
+from .._checks import check_float, check_int
 from . import _suffix_build as K
 from ._suffix_build import Automaton
 from ._suffix_draft import Scratch, suffix_chain, suffix_tree
+from ._tokens import as_token_array, draft_budget, grown, range_error, table_size as _table_size
 from .draft import Draft
-from ._tokens import as_token_array, range_error, table_size as _table_size
 
 _MIN_CAPACITY = 1024
-_PRIOR_WEIGHT = 4.0  # pseudo-observations behind the prior hit rate m / (m + 2) of a length-m match
+MAX_BRANCH = 256  # the scratch of a proposal grows with budget * max_branch
 
 
 class SuffixIndex:
@@ -61,10 +62,15 @@ class SuffixIndex:
             seen once is cut after some 10-30 tokens (depending on what was learned). Raise it (0.02-0.1) when
             verifying more tokens costs compute; 0 drafts the whole budget whenever a continuation is known.
         max_branch: continuations considered per draft node (besides those of the most recent and the first
-            occurrence), >= 1. Bounds the cost of a proposal on states with many continuations.
-        memory: half-life, in tokens, of the learned statistics (> 0). Short memories adapt faster to the
-            output (after a long prompt of a different kind), long ones are steadier.
+            occurrence), in [1, 256]. Bounds the cost of a proposal on states with many continuations.
+        half_life: half-life, in tokens, of the learned statistics (> 0): the weight of what was learned halves
+            every half_life tokens. Short half-lives adapt faster to the output (after a long prompt of a
+            different kind), long ones are steadier.
         max_guesses: frequent tokens guessed after a never-seen token, in [0, 32] (0: drafts are copies only).
+
+    Raises:
+        TypeError: an argument of the wrong type (max_branch and max_guesses are ints, the others numbers).
+        ValueError: an argument out of range, named with its limit.
 
     Example:
         >>> idx = SuffixIndex()
@@ -75,19 +81,12 @@ class SuffixIndex:
         2
     """
 
-    def __init__(self, min_prob: float = 0.001, max_branch: int = 8, memory: float = 512.0, max_guesses: int = 32):
-        if isinstance(min_prob, bool) or not isinstance(min_prob, (int, float, np.number)) or not 0 <= min_prob <= 1:
-            raise ValueError(f"min_prob must be a number in [0, 1], got {min_prob!r}")
-        if not isinstance(max_branch, (int, np.integer)) or isinstance(max_branch, bool) or max_branch < 1:
-            raise ValueError(f"max_branch must be an integer >= 1, got {max_branch!r}")
-        if isinstance(memory, bool) or not isinstance(memory, (int, float, np.number)) or not memory > 0:
-            raise ValueError(f"memory must be a number > 0, got {memory!r}")
-        if not isinstance(max_guesses, (int, np.integer)) or isinstance(max_guesses, bool) or not 0 <= max_guesses <= K.GK:
-            raise ValueError(f"max_guesses must be an integer in [0, {K.GK}], got {max_guesses!r}")
-        self.min_prob = float(min_prob)
-        self.max_branch = int(max_branch)
-        self.memory = float(memory)
-        self.max_guesses = int(max_guesses)
+    def __init__(self, min_prob: float = 0.001, max_branch: int = 8, half_life: float = 512.0,
+                 max_guesses: int = 32):
+        self.min_prob = check_float("min_prob", min_prob, 0.0, 1.0)
+        self.max_branch = check_int("max_branch", max_branch, 1, MAX_BRANCH)
+        self.half_life = check_float("half_life", half_life, 0.0, low_open=True)
+        self.max_guesses = check_int("max_guesses", max_guesses, 0, K.GK)
         self._allocate(_MIN_CAPACITY)
         self._buf = None
         self._buffers(32)
@@ -97,7 +96,7 @@ class SuffixIndex:
         return int(self._sam.meta[K.N])
 
     def __repr__(self) -> str:
-        return (f"SuffixIndex(min_prob={self.min_prob}, max_branch={self.max_branch}, memory={self.memory}, "
+        return (f"SuffixIndex(min_prob={self.min_prob}, max_branch={self.max_branch}, half_life={self.half_life}, "
                 f"max_guesses={self.max_guesses}, tokens={len(self)})")
 
     @property
@@ -137,22 +136,24 @@ class SuffixIndex:
         self._sam.meta[K.BOUND] = self._sam.meta[K.N]
 
     def propose(self, max_tokens: int) -> np.ndarray:
-        """The most probable continuation, up to ``max_tokens`` tokens (int64, empty when nothing recurs).
+        """The most probable continuation, up to ``max_tokens`` tokens (int64, empty when nothing recurs), and at
+        most 4096 (``MAX_DRAFT``) whatever ``max_tokens`` asks: repetitive text extrapolates without end.
 
         Raises:
+            TypeError: ``max_tokens`` is not an int.
             ValueError: ``max_tokens`` is negative.
 
         >>> idx = SuffixIndex(); idx.extend([1, 2, 3, 1]); idx.propose(5).tolist()
         [2, 3, 1, 2, 3]
         """
         if type(max_tokens) is not int or max_tokens < 0 or max_tokens > self._buf.chain.shape[0]:
-            _check_budget("max_tokens", max_tokens)
+            max_tokens = draft_budget("max_tokens", max_tokens)
             self._buffers(max_tokens)
         m = suffix_chain(self._arrays, self._scratch, max_tokens)
         return self._buf.chain[:m].copy()
 
     def propose_tree(self, max_nodes: int) -> Draft:
-        """A draft tree of at most ``max_nodes`` nodes, most probable first.
+        """A draft tree of at most ``max_nodes`` nodes (and at most 4096, ``MAX_DRAFT``), most probable first.
 
         Returns:
             a `Draft`: ``tokens`` and ``parents`` (``parents[i]`` is the index of node i's parent, or -1 for a child
@@ -160,17 +161,38 @@ class SuffixIndex:
             being accepted in ``probs`` (non-increasing, so that the first n nodes are the best tree of n nodes and
             their sum is its expected number of accepted tokens), and ``match_length``.
         Raises:
+            TypeError: ``max_nodes`` is not an int.
             ValueError: ``max_nodes`` is negative.
 
         >>> idx = SuffixIndex(); idx.extend([1, 2, 1, 3, 1]); idx.propose_tree(2).tokens.tolist()
         [3, 2]
         """
         if type(max_nodes) is not int or max_nodes < 0 or max_nodes > self._buf.chain.shape[0]:
-            _check_budget("max_nodes", max_nodes)
+            max_nodes = draft_budget("max_nodes", max_nodes)
             self._buffers(max_nodes)
         m = suffix_tree(self._arrays, self._scratch, max_nodes)
         tree = self._buf.tree[:, :m].copy()
         return Draft(tree[0], tree[1], self._buf.probs[:m].copy(), self.match_length)
+
+    def copy(self) -> "SuffixIndex":
+        """An independent index holding the same tokens and statistics, that proposes exactly what this one would
+        from here on (a numpy copy of the state: cheaper than indexing the tokens again).
+
+        >>> memory = SuffixIndex(); memory.extend([1, 5, 6, 7]); row = memory.copy(); row.begin_request()
+        >>> row.extend([1]); row.propose(2).tolist(), len(memory)
+        ([5, 6], 4)
+        """
+        twin = SuffixIndex.__new__(SuffixIndex)
+        twin.min_prob, twin.max_branch, twin.half_life, twin.max_guesses = (
+            self.min_prob, self.max_branch, self.half_life, self.max_guesses)
+        sam, meta = self._sam, self._sam.meta
+        twin._hold(Automaton(hist=grown(sam.hist, sam.hist.shape[0], len(self)),
+                             st=grown(sam.st, sam.st.shape[0], int(meta[K.NS])),
+                             ed=grown(sam.ed, sam.ed.shape[0], int(meta[K.NE])), table=sam.table.copy(),
+                             meta=meta.copy(), stats=sam.stats.copy(), top=sam.top.copy()))
+        twin._room, twin._buf = self._room, None
+        twin._buffers(self._buf.chain.shape[0])
+        return twin
 
     def _allocate(self, capacity: int) -> None:
         st = np.empty((2 * capacity + 2, 9), dtype=np.int32)
@@ -178,7 +200,7 @@ class SuffixIndex:
         st[0, K.LEN], st[0, K.CNT], st[0, K.DEG] = 0, 0, 0
         ed = np.empty((3 * capacity + 8, 4), dtype=np.int32)
         stats = np.zeros((K.MISS + K.GK, 3), dtype=np.float64)
-        stats[K.PARAMS] = (self.min_prob, _PRIOR_WEIGHT, 0.5 ** (1.0 / self.memory))
+        stats[K.PARAMS] = (self.min_prob, K.PRIOR_WEIGHT, 0.5 ** (1.0 / self.half_life))
         self._hold(Automaton(
             hist=np.empty(capacity, dtype=np.int32), st=st, ed=ed,
             table=np.full(_table_size(2 * ed.shape[0]), -1, dtype=np.int32),
@@ -195,9 +217,9 @@ class SuffixIndex:
         sam, held = self._sam, len(self)
         if held + extra > sam.hist.shape[0]:
             capacity = max(2 * sam.hist.shape[0], held + extra)
-            ed = _grown(sam.ed, 3 * capacity + 8, int(sam.meta[K.NE]))
-            self._hold(sam._replace(hist=_grown(sam.hist, capacity, held),
-                                    st=_grown(sam.st, 2 * capacity + 2, int(sam.meta[K.NS])), ed=ed,
+            ed = grown(sam.ed, 3 * capacity + 8, int(sam.meta[K.NE]))
+            self._hold(sam._replace(hist=grown(sam.hist, capacity, held),
+                                    st=grown(sam.st, 2 * capacity + 2, int(sam.meta[K.NS])), ed=ed,
                                     table=np.full(_table_size(2 * ed.shape[0]), -1, dtype=np.int32)))
             K.suffix_rehash(self._arrays)
         self._room = self._sam.hist.shape[0] - held
@@ -213,22 +235,11 @@ class SuffixIndex:
             self._scratch = tuple(self._buf)
 
 
-def _check_budget(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-        raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
-
-
-def _grown(array: np.ndarray, rows: int, used: int) -> np.ndarray:
-    grown = np.empty((rows,) + array.shape[1:], dtype=array.dtype)
-    grown[:used] = array[:used]
-    return grown
-
-
 @functools.cache
 def _warm_up() -> None:
     """Compile (or load from cache) the kernels once per process, on a non-empty input."""
     idx = SuffixIndex.__new__(SuffixIndex)
-    idx.min_prob, idx.max_branch, idx.memory, idx.max_guesses = 0.0, 2, 1.0, 2
+    idx.min_prob, idx.max_branch, idx.half_life, idx.max_guesses = 0.0, 2, 1.0, 2
     idx._allocate(16)
     idx._buf = None
     idx._buffers(4)

@@ -47,3 +47,12 @@ def index_calls(draw, max_calls: int = 12) -> tuple:
     call = st.one_of(any_tokens(40).map(lambda tokens: ("extend", tokens)), long_run, st.just(("mark",)),
                      st.integers(0, 40).map(lambda k: ("chain", k)), st.integers(0, 40).map(lambda k: ("tree", k)))
     return base, draw(st.lists(call, max_size=max_calls))
+
+
+@st.composite
+def memory_calls(draw, max_calls: int = 10) -> list:
+    """Calls on a Memory: ("add", tokens) and ("row", lookup, documents, source), a request drafting from it."""
+    add = any_tokens(60).map(lambda tokens: ("add", tokens))
+    row = st.tuples(st.just("row"), st.sampled_from(["ngram", "suffix"]), st.lists(any_tokens(30), max_size=2),
+                    any_tokens(40))
+    return draw(st.lists(st.one_of(add, row), max_size=max_calls))

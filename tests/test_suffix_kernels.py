@@ -34,12 +34,14 @@ def test_the_first_level_of_a_tree_is_the_reference_ranking(tokens, data, half_l
     """The children of the root (the continuations of the longest recurring suffix) carry exactly the reference's
     probabilities, most probable first; all of them unless the budget ran out on more probable deeper nodes."""
     cut = data.draw(st.integers(0, len(tokens)))
-    index, text = SuffixIndex(min_prob=0.0, max_branch=16, half_life=half_life, max_guesses=0), Text(half_life)
+    index = SuffixIndex(min_prob=0.0, max_branch=64, half_life=half_life, max_guesses=0)  # every continuation
+    text = Text(half_life)
     index.extend(tokens[:cut])
     index.begin_request()
     index.extend(tokens[cut:])
     for i, token in enumerate(tokens):
-        text.begin_request() if i == cut else None
+        if i == cut:
+            text.begin_request()
         text.append(token)
     draft = index.propose_tree(512)
     children = {int(t): float(p) for t, p, parent in zip(draft.tokens, draft.probs, draft.parents) if parent == -1}

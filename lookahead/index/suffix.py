@@ -178,8 +178,8 @@ class SuffixIndex:
         """An independent index holding the same tokens and statistics, that proposes exactly what this one would
         from here on (a numpy copy of the state: cheaper than indexing the tokens again).
 
-        >>> memory = SuffixIndex(); memory.extend([1, 5, 6, 7]); row = memory.copy(); row.begin_request()
-        >>> row.extend([1]); row.propose(2).tolist(), len(memory)
+        >>> base = SuffixIndex(); base.extend([1, 5, 6, 7]); row = base.copy(); row.begin_request()
+        >>> row.extend([1]); row.propose(2).tolist(), len(base)
         ([5, 6], 4)
         """
         twin = SuffixIndex.__new__(SuffixIndex)

@@ -5,6 +5,8 @@ import inspect
 
 import torch
 
+from ._checks import check_int  # noqa: F401  (re-exported: one integer check for the whole package)
+
 LOOKUPS = ("ngram", "suffix", "none")
 
 
@@ -22,16 +24,6 @@ def check_model(model) -> None:
     params = inspect.signature(model.forward).parameters
     if "past_key_values" not in params or "use_cache" not in params:
         raise TypeError(f"model must accept past_key_values and use_cache to decode with a KV cache; {name} does not")
-
-
-def check_int(name: str, value, low: int, high: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < low:
-        raise ValueError(f"{name} must be >= {low}, got {value}")
-    if high is not None and value > high:
-        raise ValueError(f"{name} must be <= {high}, got {value}")
-    return value
 
 
 def check_lookup(lookup: str) -> str:
@@ -86,8 +78,7 @@ def check_documents(model, documents, memory=None) -> None:
     top = max((int(d.max()) for row in documents or [] for d in row if d.size), default=-1)
     if top >= vocab:
         raise ValueError(f"documents must hold token ids in [0, {vocab}) (the model's vocabulary), got an id {top}")
-    held = memory.documents() if memory is not None and len(memory) else [[]]
-    top = max((int(piece.max()) for piece in held[0] if len(piece)), default=-1)
+    top = -1 if memory is None else memory.max_token_id
     if top >= vocab:
         raise ValueError(f"memory holds token ids up to {top}, outside the model's vocabulary [0, {vocab}): "
                          f"it was filled by another model; use one Memory per tokenizer")

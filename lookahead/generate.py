@@ -182,10 +182,9 @@ def decode(model, input_ids, logits_processor, stopping_criteria, generation_con
                     max_new)
     V.check_documents(model, settings.documents, settings.memory)
     sources = target.sources()
-    lookup = settings.lookup if settings.num_draft_tokens else "none"
     rows = _Rows(list(range(len(sources))), input_ids, np.zeros(len(sources), np.int64),
-                 row_indexes(lookup, settings.max_ngram, settings.min_ngram, sources, settings.documents,
-                             settings.memory))
+                 row_indexes(settings.lookup, settings.max_ngram, settings.min_ngram, sources, settings.documents,
+                             settings.memory, settings.num_draft_tokens))
     if settings.streamer is not None:  # transformers never sees it, so it did not put the prompt
         settings.streamer.put(input_ids.cpu())
     with torch.inference_mode():

@@ -1,4 +1,5 @@
 """Hypothesis strategies shared by the index tests."""
+import numpy as np
 from hypothesis import strategies as st
 
 
@@ -34,3 +35,24 @@ def edited_copies(draw, max_size: int = 160, vocab: int = 50) -> list:
 def any_tokens(max_size: int = 160) -> st.SearchStrategy:
     """Tiny-vocabulary sequences (many short matches, runs) or edited copies over a larger one (long matches)."""
     return st.one_of(token_lists(max_size, vocab=3), token_lists(max_size, vocab=8), edited_copies(max_size))
+
+
+@st.composite
+def index_calls(draw, max_calls: int = 12) -> tuple:
+    """(base, calls): token lists an index is built from, then calls to replay on it and on a copy of it: extends
+    (now and then one long enough to grow the buffers), request boundaries ("mark"), chain and tree proposals."""
+    base = draw(chunked(any_tokens()))
+    long_run = st.integers(0, 2**32 - 1).map(
+        lambda seed: ("extend", np.random.default_rng(seed).integers(0, 60, 1500).tolist()))
+    call = st.one_of(any_tokens(40).map(lambda tokens: ("extend", tokens)), long_run, st.just(("mark",)),
+                     st.integers(0, 40).map(lambda k: ("chain", k)), st.integers(0, 40).map(lambda k: ("tree", k)))
+    return base, draw(st.lists(call, max_size=max_calls))
+
+
+@st.composite
+def memory_calls(draw, max_calls: int = 10) -> list:
+    """Calls on a Memory: ("add", tokens) and ("row", lookup, documents, source), a request drafting from it."""
+    add = any_tokens(60).map(lambda tokens: ("add", tokens))
+    row = st.tuples(st.just("row"), st.sampled_from(["ngram", "suffix"]), st.lists(any_tokens(30), max_size=2),
+                    any_tokens(40))
+    return draw(st.lists(st.one_of(add, row), max_size=max_calls))

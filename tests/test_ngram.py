@@ -5,8 +5,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lookahead.index import NgramIndex
-from strategies import chunked, token_lists
+from lookahead.index import MAX_DRAFT, NgramIndex
+from strategies import chunked, index_calls, token_lists
 
 
 def naive_longest_match(tokens, min_ngram, max_ngram):
@@ -119,9 +119,13 @@ def test_accepts_lists_arrays_and_tensors_and_resets():
 @pytest.mark.parametrize(
     "kwargs, error, message",
     [
-        ({"max_ngram": 0}, ValueError, "max_ngram must be an integer >= 1, got 0"),
-        ({"max_ngram": 2.5}, ValueError, "max_ngram must be an integer >= 1, got 2.5"),
-        ({"min_ngram": 0}, ValueError, "min_ngram must be an integer >= 1, got 0"),
+        ({"max_ngram": 0}, ValueError, "max_ngram must be >= 1, got 0"),
+        ({"max_ngram": 65}, ValueError, "max_ngram must be <= 64, got 65"),
+        ({"max_ngram": 10**9}, ValueError, "max_ngram must be <= 64, got 1000000000"),
+        ({"max_ngram": 2.5}, TypeError, r"max_ngram must be an int, got float \(2.5\)"),
+        ({"max_ngram": True}, TypeError, r"max_ngram must be an int, got bool \(True\)"),
+        ({"min_ngram": 0}, ValueError, "min_ngram must be >= 1, got 0"),
+        ({"min_ngram": "2"}, TypeError, r"min_ngram must be an int, got str \('2'\)"),
         ({"max_ngram": 2, "min_ngram": 3}, ValueError, "min_ngram must be <= max_ngram, got min_ngram=3 > max_ngram=2"),
     ],
 )
@@ -130,20 +134,65 @@ def test_constructor_errors(kwargs, error, message):
         NgramIndex(**kwargs)
 
 
+def test_settings_accept_numpy_integers():
+    assert repr(NgramIndex(np.int64(3), np.int32(2))) == "NgramIndex(max_ngram=3, min_ngram=2, tokens=0)"
+
+
 @pytest.mark.parametrize(
     "tokens, error, message",
     [
         ([1.5, 2.0], TypeError, "tokens must hold integer ids, got dtype float64"),
         (torch.tensor([1.0]), TypeError, "got a tensor of dtype torch.float32"),
         ([[1, 2], [3, 4]], ValueError, r"tokens must be one-dimensional, got shape \(2, 2\)"),
-        ([1, -2], ValueError, r"token ids must lie in \[0, 2147483647\], got min -2"),
+        ([1, -2], ValueError, r"tokens must hold ids in \[0, 2147483647\], got min -2"),
+        (np.array([3, 2**63 + 5], dtype=np.uint64), ValueError, "got min 3 and max 9223372036854775813"),
     ],
 )
 def test_extend_errors(tokens, error, message):
+    index = NgramIndex()
     with pytest.raises(error, match=message):
-        NgramIndex().extend(tokens)
+        index.extend(tokens)
+    assert len(index) == 0
 
 
-def test_propose_rejects_negative_count():
+def test_propose_rejects_bad_budgets():
     with pytest.raises(ValueError, match="max_tokens must be >= 0, got -1"):
         NgramIndex().propose(-1)
+    with pytest.raises(TypeError, match=r"max_tokens must be an int, got float \(2.5\)"):
+        NgramIndex().propose(2.5)
+
+
+def test_huge_budgets_are_clamped_to_max_draft():
+    """Periodic text extrapolates without end: a budget of 10**9 gets MAX_DRAFT tokens, not gigabytes."""
+    index = NgramIndex()
+    index.extend([7, 1, 2, 1, 2, 1, 2])
+    assert index.propose(10**9).tolist() == [1, 2] * (MAX_DRAFT // 2)
+    assert index.propose(np.int64(3)).tolist() == [1, 2, 1]
+
+
+@given(index_calls(), st.integers(1, 5))
+def test_a_copy_behaves_exactly_like_the_original(calls, max_ngram):
+    """After copy(), the same calls give the same drafts on the copy and on the original, and the copy's calls
+    leave the original as it was (buffer growth included)."""
+    base, rest = calls
+    original = NgramIndex(max_ngram)
+    for tokens in base:
+        original.extend(tokens)
+    twin = original.copy()
+    on_twin = _replay(twin, rest)
+    fresh = NgramIndex(max_ngram)
+    fresh.extend([t for tokens in base for t in tokens])
+    assert _replay(original.copy(), [("chain", 16)]) == _replay(fresh, [("chain", 16)])
+    assert _replay(original, rest) == on_twin
+
+
+def _replay(index, calls) -> list:
+    """What the index answers to each call: ("extend", tokens) or ("chain", k) (others are the suffix index's)."""
+    seen = []
+    for name, *args in calls:
+        if name == "extend":
+            index.extend(args[0])
+        elif name == "chain":
+            seen.append(index.propose(args[0]).tolist())
+        seen.append((len(index), index.match_length))
+    return seen

@@ -5,7 +5,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lookahead.index import SuffixIndex
+from lookahead.index import MAX_DRAFT, SuffixIndex
 from strategies import any_tokens, chunked
 
 
@@ -304,22 +304,28 @@ def test_accepts_lists_arrays_and_tensors_and_resets():
 
 
 @pytest.mark.parametrize(
-    "kwargs, message",
+    "kwargs, error, message",
     [
-        ({"min_prob": -0.1}, r"min_prob must be a number in \[0, 1\], got -0.1"),
-        ({"min_prob": 2}, r"min_prob must be a number in \[0, 1\], got 2"),
-        ({"min_prob": "0.1"}, r"min_prob must be a number in \[0, 1\], got '0.1'"),
-        ({"max_branch": 0}, "max_branch must be an integer >= 1, got 0"),
-        ({"max_branch": 2.0}, "max_branch must be an integer >= 1, got 2.0"),
-        ({"memory": 0}, "memory must be a number > 0, got 0"),
-        ({"memory": True}, "memory must be a number > 0, got True"),
-        ({"max_guesses": 33}, r"max_guesses must be an integer in \[0, 32\], got 33"),
-        ({"max_guesses": -1}, r"max_guesses must be an integer in \[0, 32\], got -1"),
+        ({"min_prob": -0.1}, ValueError, "min_prob must be >= 0, got -0.1"),
+        ({"min_prob": 2}, ValueError, "min_prob must be <= 1, got 2"),
+        ({"min_prob": "0.1"}, TypeError, r"min_prob must be a number, got str \('0.1'\)"),
+        ({"max_branch": 0}, ValueError, "max_branch must be >= 1, got 0"),
+        ({"max_branch": 257}, ValueError, "max_branch must be <= 256, got 257"),
+        ({"max_branch": 2.0}, TypeError, r"max_branch must be an int, got float \(2.0\)"),
+        ({"half_life": 0}, ValueError, "half_life must be > 0, got 0"),
+        ({"half_life": True}, TypeError, r"half_life must be a number, got bool \(True\)"),
+        ({"max_guesses": 33}, ValueError, "max_guesses must be <= 32, got 33"),
+        ({"max_guesses": -1}, ValueError, "max_guesses must be >= 0, got -1"),
     ],
 )
-def test_constructor_errors(kwargs, message):
-    with pytest.raises(ValueError, match=message):
+def test_constructor_errors(kwargs, error, message):
+    with pytest.raises(error, match=message):
         SuffixIndex(**kwargs)
+
+
+def test_settings_accept_numpy_scalars_and_show_in_repr():
+    index = SuffixIndex(min_prob=np.float32(0.5), max_branch=np.int64(3), half_life=np.int32(64))
+    assert repr(index) == "SuffixIndex(min_prob=0.5, max_branch=3, half_life=64.0, max_guesses=32, tokens=0)"
 
 
 @pytest.mark.parametrize(
@@ -327,16 +333,29 @@ def test_constructor_errors(kwargs, message):
     [
         ([1.5, 2.0], TypeError, "tokens must hold integer ids, got dtype float64"),
         ([[1, 2], [3, 4]], ValueError, r"tokens must be one-dimensional, got shape \(2, 2\)"),
-        ([1, -2], ValueError, r"token ids must lie in \[0, 2147483647\], got min -2"),
+        ([1, -2], ValueError, r"tokens must hold ids in \[0, 2147483647\], got min -2"),
+        (np.array([1, 2**64 - 1], dtype=np.uint64), ValueError, "got min 1 and max 18446744073709551615"),
     ],
 )
 def test_extend_errors(tokens, error, message):
+    index = SuffixIndex()
     with pytest.raises(error, match=message):
-        SuffixIndex().extend(tokens)
+        index.extend(tokens)
+    assert len(index) == 0
 
 
 @pytest.mark.parametrize("method, name", [("propose", "max_tokens"), ("propose_tree", "max_nodes")])
-@pytest.mark.parametrize("value", [-1, 2.5])
-def test_propose_rejects_bad_budgets(method, name, value):
-    with pytest.raises(ValueError, match=f"{name} must be an integer >= 0, got {value}"):
-        getattr(SuffixIndex(), method)(value)
+def test_propose_rejects_bad_budgets(method, name):
+    with pytest.raises(ValueError, match=f"{name} must be >= 0, got -1"):
+        getattr(SuffixIndex(), method)(-1)
+    with pytest.raises(TypeError, match=rf"{name} must be an int, got float \(2.5\)"):
+        getattr(SuffixIndex(), method)(2.5)
+
+
+def test_huge_budgets_are_clamped_to_max_draft():
+    """Repetitive text extrapolates without end: a budget of 10**9 gets MAX_DRAFT tokens, not gigabytes."""
+    index = SuffixIndex(min_prob=0.0)
+    index.extend([7, 8, 9] * 20)
+    assert index.propose(10**9).tolist() == ([7, 8, 9] * (MAX_DRAFT // 3 + 1))[:MAX_DRAFT]
+    assert len(index.propose_tree(np.int64(10**9))) == MAX_DRAFT
+    assert index.propose(np.int64(5)).tolist() == [7, 8, 9, 7, 8]

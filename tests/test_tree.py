@@ -113,7 +113,7 @@ def test_tree_argument_errors(kwargs, message):
 
 
 def test_memory_argument_error():
-    with pytest.raises(ValueError, match="max_tokens must be an int >= 1, got 0"):
+    with pytest.raises(ValueError, match="max_tokens must be >= 1, got 0"):
         Memory(max_tokens=0)
 
 

@@ -1,6 +1,8 @@
 """Draft indexes: incremental structures over token ids that propose continuations."""
+from ._tokens import MAX_DRAFT
+from .build import row_indexes
 from .draft import Draft
 from .ngram import NgramIndex
 from .suffix import SuffixIndex
 
-__all__ = ["Draft", "NgramIndex", "SuffixIndex"]
+__all__ = ["MAX_DRAFT", "Draft", "NgramIndex", "SuffixIndex", "row_indexes"]

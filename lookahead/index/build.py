@@ -1,25 +1,50 @@
-"""The per-row indexes of a generate call: memory as background, then the row's documents, then its prompt."""
+"""The indexes a call drafts from, one per row: the memory's tokens as background, the row's documents, its prompt."""
 from __future__ import annotations
 
 from .ngram import NgramIndex
 from .suffix import SuffixIndex
 
+LOOKUPS = ("ngram", "suffix")
 
-def row_indexes(lookup: str, max_ngram: int, min_ngram: int, sources: list, documents=None, memory=None) -> list:
-    """One index per row holding the memory's tokens (as background), the row's documents, then its source tokens.
 
-    Args:
-        lookup: "ngram", "suffix" or "none" (no index: a list of None).
-        max_ngram, min_ngram: the n-gram index's match lengths.
-        sources: per row, the tokens it continues (its prompt without padding).
-        documents: None, or document lists (arrays of ids): one list shared by all rows, or one per row (rows
-            repeated by num_return_sequences share their input's list).
-        memory: a `lookahead.Memory`, or None.
+def new_index(lookup: str, max_ngram: int = 4, min_ngram: int = 1):
+    """An empty index of the given kind: ``NgramIndex(max_ngram, min_ngram)`` or ``SuffixIndex()``.
 
     Raises:
-        ValueError: the number of document lists fits neither one for all rows nor one per row.
+        ValueError: lookup is neither "ngram" nor "suffix".
     """
-    if lookup == "none":
+    if lookup == "ngram":
+        return NgramIndex(max_ngram, min_ngram)
+    if lookup == "suffix":
+        return SuffixIndex()
+    raise ValueError(f"lookup must be one of {', '.join(map(repr, LOOKUPS))}, got {lookup!r}")
+
+
+def row_indexes(lookup: str, max_ngram: int, min_ngram: int, sources: list, documents: list | None = None,
+                memory=None, num_draft_tokens: int | None = None) -> list:
+    """One index per row holding, in order, what `memory` holds (as background: a copy of the memory's own index,
+    see `Memory.request_index`), the row's documents, then its source tokens.
+
+    Args:
+        lookup: "ngram", "suffix", or "none" (no index).
+        max_ngram, min_ngram: the n-gram index's settings.
+        sources: per row, its token ids (prompt; for encoder-decoders the encoder input then the decoder prompt).
+        documents: token-id arrays to draft from: one list for every row, or one list per row; when the rows
+            were expanded (num_return_sequences), one list per original row, repeated for its copies.
+        memory: a `lookahead.Memory`, or None.
+        num_draft_tokens: 0 means plain decoding: no index.
+
+    Returns:
+        a list with an index per row, or None per row when nothing is drafted (lookup "none", num_draft_tokens 0).
+
+    Raises:
+        ValueError: as many document lists as neither 1 nor the rows (nor a divisor of them), or an unknown lookup.
+
+    Example:
+        >>> [idx.propose(2).tolist() for idx in row_indexes("ngram", 4, 1, [[1, 2, 3, 1], [5, 6, 5]])]
+        [[2, 3], [6, 5]]
+    """
+    if lookup == "none" or num_draft_tokens == 0:
         return [None] * len(sources)
     docs = documents or [[]]
     if 1 < len(docs) < len(sources) and len(sources) % len(docs) == 0:  # rows expanded by num_return_sequences
@@ -27,14 +52,10 @@ def row_indexes(lookup: str, max_ngram: int, min_ngram: int, sources: list, docu
     if len(docs) not in (1, len(sources)):
         raise ValueError(f"documents must be one list for all rows or one list per row ({len(sources)}), "
                          f"got {len(docs)} lists")
-    background = memory.documents()[0] if memory is not None and len(memory) else []
     indexes = []
     for i, source in enumerate(sources):
-        index = NgramIndex(max_ngram, min_ngram) if lookup == "ngram" else SuffixIndex()
-        for piece in background:
-            index.extend(piece)
-        if background and hasattr(index, "begin_request"):
-            index.begin_request()
+        index = (memory.request_index(lookup, max_ngram, min_ngram) if memory is not None
+                 else new_index(lookup, max_ngram, min_ngram))
         for doc in docs[i % len(docs)]:
             index.extend(doc)
         index.extend(source)

@@ -5,10 +5,15 @@ import functools
 
 import numpy as np
 
+from .._checks import check_int
 from . import _kernels as K
-from ._tokens import as_token_array, range_error, table_size as _table_size
+from ._tokens import as_token_array, draft_budget, grown, range_error, table_size as _table_size
 
 _MIN_CAPACITY = 1024
+# Longest n-gram indexed. A match longer than this is still followed (the copy in progress goes on growing past
+# max_ngram); longer n-grams would only choose among occurrences that agree on 64 tokens, at 32 bytes per token
+# per length.
+MAX_NGRAM = 64
 
 
 class NgramIndex:
@@ -30,8 +35,12 @@ class NgramIndex:
     O(max_tokens) whatever the number of tokens held. Memory is O(tokens held * max_ngram).
 
     Args:
-        max_ngram: longest suffix to match (>= 1).
+        max_ngram: longest suffix to match, in [1, 64] (a longer match is still followed once found).
         min_ngram: shortest suffix to match (1 <= min_ngram <= max_ngram).
+
+    Raises:
+        TypeError: max_ngram or min_ngram is not an int.
+        ValueError: either is out of range, or min_ngram > max_ngram.
 
     Example:
         >>> idx = NgramIndex(max_ngram=3)
@@ -41,14 +50,10 @@ class NgramIndex:
     """
 
     def __init__(self, max_ngram: int = 4, min_ngram: int = 1):
-        if not isinstance(max_ngram, (int, np.integer)) or isinstance(max_ngram, bool) or max_ngram < 1:
-            raise ValueError(f"max_ngram must be an integer >= 1, got {max_ngram!r}")
-        if not isinstance(min_ngram, (int, np.integer)) or isinstance(min_ngram, bool) or min_ngram < 1:
-            raise ValueError(f"min_ngram must be an integer >= 1, got {min_ngram!r}")
-        if min_ngram > max_ngram:
+        self.max_ngram = check_int("max_ngram", max_ngram, 1, MAX_NGRAM)
+        self.min_ngram = check_int("min_ngram", min_ngram, 1)
+        if self.min_ngram > self.max_ngram:
             raise ValueError(f"min_ngram must be <= max_ngram, got min_ngram={min_ngram} > max_ngram={max_ngram}")
-        self.max_ngram = int(max_ngram)
-        self.min_ngram = int(min_ngram)
         self._hist = np.empty(_MIN_CAPACITY, dtype=np.int32)
         self._table = np.zeros((_table_size(_MIN_CAPACITY * 2), 2), dtype=np.uint64)
         self._state = np.array([0, -1, 0, 0, -1], dtype=np.int64)
@@ -72,7 +77,12 @@ class NgramIndex:
         self._state[:] = (0, -1, 0, 0, -1)
 
     def extend(self, tokens) -> None:
-        """Append token ids (a list, a numpy array or a 1-D tensor of non-negative integers)."""
+        """Append token ids (a list, a numpy array or a 1-D tensor of non-negative integers).
+
+        Raises:
+            TypeError: the ids are not integers.
+            ValueError: not one-dimensional, or an id is negative or above 2**31 - 1 (nothing is appended).
+        """
         new = as_token_array(tokens)
         if new.shape[0] == 0:
             return
@@ -81,20 +91,40 @@ class NgramIndex:
             raise range_error(new)
 
     def propose(self, max_tokens: int) -> np.ndarray:
-        """Return up to ``max_tokens`` draft tokens (int64, possibly empty) continuing the held tokens."""
-        if max_tokens < 0:
-            raise ValueError(f"max_tokens must be >= 0, got {max_tokens}")
-        if max_tokens > self._out.shape[0]:
-            self._out = np.empty(max_tokens, dtype=np.int64)
+        """Return up to ``max_tokens`` draft tokens (int64, possibly empty) continuing the held tokens.
+
+        At most 4096 (``MAX_DRAFT``) whatever ``max_tokens`` asks: periodic text extrapolates without end.
+
+        Raises:
+            TypeError: ``max_tokens`` is not an int.
+            ValueError: ``max_tokens`` is negative.
+        """
+        if type(max_tokens) is not int or max_tokens < 0 or max_tokens > self._out.shape[0]:
+            max_tokens = draft_budget("max_tokens", max_tokens)
+            if max_tokens > self._out.shape[0]:
+                self._out = np.empty(max_tokens, dtype=np.int64)
         m = K.ngram_propose(self._hist, self._state, max_tokens, self._out)
         return self._out[:m].copy()
+
+    def copy(self) -> "NgramIndex":
+        """An independent index holding the same tokens, that proposes exactly what this one would from here on
+        (a numpy copy of the state: cheaper than indexing the tokens again).
+
+        >>> base = NgramIndex(); base.extend([1, 2, 3]); row = base.copy(); row.extend([1, 2])
+        >>> row.propose(1).tolist(), len(base)
+        ([3], 3)
+        """
+        twin = NgramIndex.__new__(NgramIndex)
+        twin.max_ngram, twin.min_ngram = self.max_ngram, self.min_ngram
+        twin._hist = grown(self._hist, self._hist.shape[0], len(self))
+        twin._table, twin._state = self._table.copy(), self._state.copy()
+        twin._out = np.empty_like(self._out)
+        return twin
 
     def _reserve(self, extra: int) -> None:
         n = len(self)
         if n + extra > self._hist.shape[0]:
-            grown = np.empty(max(2 * self._hist.shape[0], n + extra), dtype=np.int32)
-            grown[:n] = self._hist[:n]
-            self._hist = grown
+            self._hist = grown(self._hist, max(2 * self._hist.shape[0], n + extra), n)
         worst = int(self._state[K.USED]) + (extra + 1) * self.max_ngram
         if 2 * worst > self._table.shape[0]:
             self._table = np.zeros((_table_size(2 * worst), 2), dtype=np.uint64)

@@ -5,12 +5,15 @@ import functools
 
 import numpy as np
 
-from . import _suffix_kernels as K
+from .._checks import check_float, check_int
+from . import _suffix_build as K
+from ._suffix_build import Automaton
+from ._suffix_draft import Scratch, suffix_chain, suffix_tree
+from ._tokens import as_token_array, draft_budget, grown, range_error, table_size as _table_size
 from .draft import Draft
-from ._tokens import as_token_array, range_error, table_size as _table_size
 
 _MIN_CAPACITY = 1024
-_PRIOR_WEIGHT = 4.0  # pseudo-observations behind the prior hit rate m / (m + 2) of a length-m match
+MAX_BRANCH = 256  # the scratch of a proposal grows with budget * max_branch
 
 
 class SuffixIndex:
@@ -59,10 +62,15 @@ class SuffixIndex:
             seen once is cut after some 10-30 tokens (depending on what was learned). Raise it (0.02-0.1) when
             verifying more tokens costs compute; 0 drafts the whole budget whenever a continuation is known.
         max_branch: continuations considered per draft node (besides those of the most recent and the first
-            occurrence), >= 1. Bounds the cost of a proposal on states with many continuations.
-        memory: half-life, in tokens, of the learned statistics (> 0). Short memories adapt faster to the
-            output (after a long prompt of a different kind), long ones are steadier.
+            occurrence), in [1, 256]. Bounds the cost of a proposal on states with many continuations.
+        half_life: half-life, in tokens, of the learned statistics (> 0): the weight of what was learned halves
+            every half_life tokens. Short half-lives adapt faster to the output (after a long prompt of a
+            different kind), long ones are steadier.
         max_guesses: frequent tokens guessed after a never-seen token, in [0, 32] (0: drafts are copies only).
+
+    Raises:
+        TypeError: an argument of the wrong type (max_branch and max_guesses are ints, the others numbers).
+        ValueError: an argument out of range, named with its limit.
 
     Example:
         >>> idx = SuffixIndex()
@@ -73,36 +81,30 @@ class SuffixIndex:
         2
     """
 
-    def __init__(self, min_prob: float = 0.001, max_branch: int = 8, memory: float = 512.0, max_guesses: int = 32):
-        if isinstance(min_prob, bool) or not isinstance(min_prob, (int, float, np.number)) or not 0 <= min_prob <= 1:
-            raise ValueError(f"min_prob must be a number in [0, 1], got {min_prob!r}")
-        if not isinstance(max_branch, (int, np.integer)) or isinstance(max_branch, bool) or max_branch < 1:
-            raise ValueError(f"max_branch must be an integer >= 1, got {max_branch!r}")
-        if isinstance(memory, bool) or not isinstance(memory, (int, float, np.number)) or not memory > 0:
-            raise ValueError(f"memory must be a number > 0, got {memory!r}")
-        if not isinstance(max_guesses, (int, np.integer)) or isinstance(max_guesses, bool) or not 0 <= max_guesses <= K.GK:
-            raise ValueError(f"max_guesses must be an integer in [0, {K.GK}], got {max_guesses!r}")
-        self.min_prob = float(min_prob)
-        self.max_branch = int(max_branch)
-        self.memory = float(memory)
-        self.max_guesses = int(max_guesses)
+    def __init__(self, min_prob: float = 0.001, max_branch: int = 8, half_life: float = 512.0,
+                 max_guesses: int = 32):
+        self.min_prob = check_float("min_prob", min_prob, 0.0, 1.0)
+        self.max_branch = check_int("max_branch", max_branch, 1, MAX_BRANCH)
+        self.half_life = check_float("half_life", half_life, 0.0, low_open=True)
+        self.max_guesses = check_int("max_guesses", max_guesses, 0, K.GK)
         self._allocate(_MIN_CAPACITY)
-        self._chain = np.empty(0, dtype=np.int64)
+        self._buf = None
         self._buffers(32)
         _warm_up()
 
     def __len__(self) -> int:
-        return int(self._meta[K.N])
+        return int(self._sam.meta[K.N])
 
     def __repr__(self) -> str:
-        return (f"SuffixIndex(min_prob={self.min_prob}, max_branch={self.max_branch}, memory={self.memory}, "
+        return (f"SuffixIndex(min_prob={self.min_prob}, max_branch={self.max_branch}, half_life={self.half_life}, "
                 f"max_guesses={self.max_guesses}, tokens={len(self)})")
 
     @property
     def match_length(self) -> int:
         """Length of the longest suffix of the held tokens that also occurs earlier (0 when none does)."""
-        link = self._st[self._meta[K.CUR], K.LINK]
-        return int(self._st[link, K.LEN]) if link > 0 else 0
+        st, meta = self._sam.st, self._sam.meta
+        link = st[meta[K.CUR], K.LINK]
+        return int(st[link, K.LEN]) if link > 0 else 0
 
     def reset(self) -> None:
         """Forget every token held and everything learned."""
@@ -119,8 +121,7 @@ class SuffixIndex:
         extra = new.shape[0]
         if extra > self._room:
             self._reserve(extra)
-        if extra and K.suffix_extend(new, self._hist, self._st, self._ed, self._table, self._meta, self._stats,
-                                   self._top) < 0:
+        if extra and K.suffix_extend(new, self._arrays) < 0:
             raise range_error(new)
         self._room -= extra
 
@@ -132,26 +133,27 @@ class SuffixIndex:
         >>> idx.extend([1, 2, 3, 4, *range(300, 400), 1]); idx.propose(3).tolist()  # not 5, 6, 7
         [2, 3, 4]
         """
-        self._meta[K.BOUND] = self._meta[K.N]
+        self._sam.meta[K.BOUND] = self._sam.meta[K.N]
 
     def propose(self, max_tokens: int) -> np.ndarray:
-        """The most probable continuation, up to ``max_tokens`` tokens (int64, empty when nothing recurs).
+        """The most probable continuation, up to ``max_tokens`` tokens (int64, empty when nothing recurs), and at
+        most 4096 (``MAX_DRAFT``) whatever ``max_tokens`` asks: repetitive text extrapolates without end.
 
         Raises:
+            TypeError: ``max_tokens`` is not an int.
             ValueError: ``max_tokens`` is negative.
 
         >>> idx = SuffixIndex(); idx.extend([1, 2, 3, 1]); idx.propose(5).tolist()
         [2, 3, 1, 2, 3]
         """
-        if type(max_tokens) is not int or max_tokens < 0 or max_tokens > self._chain.shape[0]:
-            _check_budget("max_tokens", max_tokens)
+        if type(max_tokens) is not int or max_tokens < 0 or max_tokens > self._buf.chain.shape[0]:
+            max_tokens = draft_budget("max_tokens", max_tokens)
             self._buffers(max_tokens)
-        m = K.suffix_chain(self._hist, self._st, self._ed, self._table, self._meta, self._stats, self._top,
-                           max_tokens, self._cand, self._cprob, self._chain)
-        return self._chain[:m].copy()
+        m = suffix_chain(self._arrays, self._scratch, max_tokens)
+        return self._buf.chain[:m].copy()
 
     def propose_tree(self, max_nodes: int) -> Draft:
-        """A draft tree of at most ``max_nodes`` nodes, most probable first.
+        """A draft tree of at most ``max_nodes`` nodes (and at most 4096, ``MAX_DRAFT``), most probable first.
 
         Returns:
             a `Draft`: ``tokens`` and ``parents`` (``parents[i]`` is the index of node i's parent, or -1 for a child
@@ -159,74 +161,87 @@ class SuffixIndex:
             being accepted in ``probs`` (non-increasing, so that the first n nodes are the best tree of n nodes and
             their sum is its expected number of accepted tokens), and ``match_length``.
         Raises:
+            TypeError: ``max_nodes`` is not an int.
             ValueError: ``max_nodes`` is negative.
 
         >>> idx = SuffixIndex(); idx.extend([1, 2, 1, 3, 1]); idx.propose_tree(2).tokens.tolist()
         [3, 2]
         """
-        if type(max_nodes) is not int or max_nodes < 0 or max_nodes > self._chain.shape[0]:
-            _check_budget("max_nodes", max_nodes)
+        if type(max_nodes) is not int or max_nodes < 0 or max_nodes > self._buf.chain.shape[0]:
+            max_nodes = draft_budget("max_nodes", max_nodes)
             self._buffers(max_nodes)
-        m = K.suffix_tree(self._hist, self._st, self._ed, self._table, self._meta, self._stats, self._top,
-                          max_nodes, self._cand, self._cprob, self._heap, self._tree, self._tree_probs)
-        tree = self._tree[:, :m].copy()
-        return Draft(tree[0], tree[1], self._tree_probs[:m].copy(), self.match_length)
+        m = suffix_tree(self._arrays, self._scratch, max_nodes)
+        tree = self._buf.tree[:, :m].copy()
+        return Draft(tree[0], tree[1], self._buf.probs[:m].copy(), self.match_length)
+
+    def copy(self) -> "SuffixIndex":
+        """An independent index holding the same tokens and statistics, that proposes exactly what this one would
+        from here on (a numpy copy of the state: cheaper than indexing the tokens again).
+
+        >>> base = SuffixIndex(); base.extend([1, 5, 6, 7]); row = base.copy(); row.begin_request()
+        >>> row.extend([1]); row.propose(2).tolist(), len(base)
+        ([5, 6], 4)
+        """
+        twin = SuffixIndex.__new__(SuffixIndex)
+        twin.min_prob, twin.max_branch, twin.half_life, twin.max_guesses = (
+            self.min_prob, self.max_branch, self.half_life, self.max_guesses)
+        sam, meta = self._sam, self._sam.meta
+        twin._hold(Automaton(hist=grown(sam.hist, sam.hist.shape[0], len(self)),
+                             st=grown(sam.st, sam.st.shape[0], int(meta[K.NS])),
+                             ed=grown(sam.ed, sam.ed.shape[0], int(meta[K.NE])), table=sam.table.copy(),
+                             meta=meta.copy(), stats=sam.stats.copy(), top=sam.top.copy()))
+        twin._room, twin._buf = self._room, None
+        twin._buffers(self._buf.chain.shape[0])
+        return twin
 
     def _allocate(self, capacity: int) -> None:
-        self._hist, self._room = np.empty(capacity, dtype=np.int32), capacity
-        self._st = np.empty((2 * capacity + 2, 9), dtype=np.int32)
-        self._ed = np.empty((3 * capacity + 8, 4), dtype=np.int32)
-        self._table = np.full(_table_size(2 * self._ed.shape[0]), -1, dtype=np.int32)
-        self._meta = np.array([0, 1, 0, 0, self.max_branch, -1, 0, -1, self.max_guesses, 0], dtype=np.int64)
-        self._top = np.full((K.GK, 3), -1, dtype=np.int64)
-        self._st[0, :] = -1
-        self._st[0, K.LEN], self._st[0, K.CNT], self._st[0, K.DEG] = 0, 0, 0
-        self._stats = np.zeros((K.MISS + K.GK, 3), dtype=np.float64)
-        self._stats[K.PARAMS] = (self.min_prob, _PRIOR_WEIGHT, 0.5 ** (1.0 / self.memory))
+        st = np.empty((2 * capacity + 2, 9), dtype=np.int32)
+        st[0, :] = -1
+        st[0, K.LEN], st[0, K.CNT], st[0, K.DEG] = 0, 0, 0
+        ed = np.empty((3 * capacity + 8, 4), dtype=np.int32)
+        stats = np.zeros((K.MISS + K.GK, 3), dtype=np.float64)
+        stats[K.PARAMS] = (self.min_prob, K.PRIOR_WEIGHT, 0.5 ** (1.0 / self.half_life))
+        self._hold(Automaton(
+            hist=np.empty(capacity, dtype=np.int32), st=st, ed=ed,
+            table=np.full(_table_size(2 * ed.shape[0]), -1, dtype=np.int32),
+            meta=np.array([0, 1, 0, 0, self.max_branch, -1, 0, -1, self.max_guesses, 0], dtype=np.int64),
+            stats=stats, top=np.full((K.GK, 3), -1, dtype=np.int64)))
+        self._room = capacity
+
+    def _hold(self, sam: Automaton) -> None:
+        """Keep the automaton's arrays, by name and as the plain tuple the kernels take (see `_suffix_build`)."""
+        self._sam, self._arrays = sam, tuple(sam)
 
     def _reserve(self, extra: int) -> None:
         """Grow the buffers to the automaton's worst case (2n states, 3n edges) for n + extra tokens."""
-        held = int(self._meta[K.N])
-        if held + extra > self._hist.shape[0]:
-            capacity = max(2 * self._hist.shape[0], held + extra)
-            self._hist = _grown(self._hist, capacity, held)
-            self._st = _grown(self._st, 2 * capacity + 2, int(self._meta[K.NS]))
-            self._ed = _grown(self._ed, 3 * capacity + 8, int(self._meta[K.NE]))
-            self._table = np.full(_table_size(2 * self._ed.shape[0]), -1, dtype=np.int32)
-            K.suffix_rehash(self._ed, self._table, self._meta)
-        self._room = self._hist.shape[0] - held
+        sam, held = self._sam, len(self)
+        if held + extra > sam.hist.shape[0]:
+            capacity = max(2 * sam.hist.shape[0], held + extra)
+            ed = grown(sam.ed, 3 * capacity + 8, int(sam.meta[K.NE]))
+            self._hold(sam._replace(hist=grown(sam.hist, capacity, held),
+                                    st=grown(sam.st, 2 * capacity + 2, int(sam.meta[K.NS])), ed=ed,
+                                    table=np.full(_table_size(2 * ed.shape[0]), -1, dtype=np.int32)))
+            K.suffix_rehash(self._arrays)
+        self._room = self._sam.hist.shape[0] - held
 
     def _buffers(self, budget: int) -> None:
         """Scratch for proposals of up to `budget` tokens or nodes (each node pushes <= max_branch + 2, a guessing
         root <= GK)."""
-        if budget > self._chain.shape[0]:
-            rows = 1 + 2 * K.GK + (max(budget, 32) + 1) * (self.max_branch + 2)
-            self._cand = np.empty((rows, 6), dtype=np.int32)
-            self._cprob = np.empty(rows, dtype=np.float64)
-            self._heap = np.empty(rows, dtype=np.int32)
-            self._chain = np.empty(max(budget, 32), dtype=np.int64)
-            self._tree = np.empty((2, max(budget, 32)), dtype=np.int64)
-            self._tree_probs = np.empty(max(budget, 32), dtype=np.float64)
-
-
-def _check_budget(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-        raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
-
-
-def _grown(array: np.ndarray, rows: int, used: int) -> np.ndarray:
-    grown = np.empty((rows,) + array.shape[1:], dtype=array.dtype)
-    grown[:used] = array[:used]
-    return grown
+        if self._buf is None or budget > self._buf.chain.shape[0]:
+            rows, size = 1 + 2 * K.GK + (max(budget, 32) + 1) * (self.max_branch + 2), max(budget, 32)
+            self._buf = Scratch(cand=np.empty((rows, 6), dtype=np.int32), cprob=np.empty(rows, dtype=np.float64),
+                                heap=np.empty(rows, dtype=np.int32), chain=np.empty(size, dtype=np.int64),
+                                tree=np.empty((2, size), dtype=np.int64), probs=np.empty(size, dtype=np.float64))
+            self._scratch = tuple(self._buf)
 
 
 @functools.cache
 def _warm_up() -> None:
     """Compile (or load from cache) the kernels once per process, on a non-empty input."""
     idx = SuffixIndex.__new__(SuffixIndex)
-    idx.min_prob, idx.max_branch, idx.memory, idx.max_guesses = 0.0, 2, 1.0, 2
+    idx.min_prob, idx.max_branch, idx.half_life, idx.max_guesses = 0.0, 2, 1.0, 2
     idx._allocate(16)
-    idx._chain = np.empty(0, dtype=np.int64)
+    idx._buf = None
     idx._buffers(4)
     for dtype in (np.int32, np.int64):
         idx.extend(np.array([1, 2, 3, 1, 2, 4, 1, 2], dtype))

@@ -42,6 +42,7 @@ from typing import NamedTuple
 
 import numpy as np
 from numba import njit
+from numba.core.cpu import CPUTargetOptions
 
 LEN, LINK, CNT, LAST, PREV, FIRST, HEAD, DEG, FIRSTR = 0, 1, 2, 3, 4, 5, 6, 7, 8
 TOK, TGT, NEXT, SRC = 0, 1, 2, 3
@@ -58,7 +59,9 @@ RECENT_ODDS = 5.0 / 3.0
 PRIOR_WEIGHT = 4.0  # pseudo-observations behind the prior hit rate m / (m + 2) of a length-m match
 _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 
-kernel = functools.partial(njit, cache=True, _nrt=False)
+# `_nrt` is numba's own (underscored) option; a numba without it gets the same kernels with reference counting on
+# (correct, some 40% slower per step) rather than an import error.
+kernel = functools.partial(njit, cache=True, **({"_nrt": False} if hasattr(CPUTargetOptions, "_nrt") else {}))
 
 
 class Automaton(NamedTuple):

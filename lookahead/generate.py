@@ -29,7 +29,7 @@ from .settings import (GenerationStats, Settings, check_supported, eos_override,
                        refuse_assistant, with_stop_strings)
 from .sizing import make_sizing
 from .targets import make_target
-from .verify.batch import DraftBatch
+from .verify.batch import DraftBatch, to_device
 from .verify.rules import acceptance_rule
 
 __all__ = ["GenerationStats", "decode", "generate"]
@@ -239,7 +239,7 @@ def _advance(target, rows: _Rows, outs, run: _Run, batch: DraftBatch, verdict, s
     run.stats.forwards_by_row[rows.ids] += 1
     cols = verdict.columns()
     if cols is not None:  # trees: the accepted path's columns, in order
-        at, cols = torch.arange(len(cols), device=scores.device)[:, None], torch.from_numpy(cols).to(scores.device)
+        at, cols = torch.arange(len(cols), device=scores.device)[:, None], to_device(cols, scores.device)
         scores, logits = scores[at, cols], logits[at, cols]
     return _drop(target, rows, _append(rows, outs, verdict.gained(batch), run, scores, logits))
 

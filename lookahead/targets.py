@@ -22,6 +22,7 @@ from . import _validate as V
 from .static import StaticCausalLM, check_static
 from .verify import new_cache, rollback, select_rows
 from .verify import tree as T
+from .verify.batch import to_device
 from .verify.cache import keep_slots
 
 
@@ -79,7 +80,7 @@ class CausalLM:
             grown = torch.zeros((len(self._slots), 2 * end), dtype=self._slots.dtype, device=self._slots.device)
             grown[:, : self.width] = self.mask
             self._slots = grown
-        self._slots[:, self.width:end] = torch.from_numpy(step).to(self._slots.device, self._slots.dtype)
+        self._slots[:, self.width:end] = to_device(step, self._slots.device, self._slots.dtype)
         return self._slots[:, :end]
 
     def sources(self) -> list:
@@ -98,14 +99,14 @@ class CausalLM:
     def verify(self, last: np.ndarray, batch, stats) -> torch.Tensor:
         """One forward over [last token, draft nodes] of every row; the logits after each of them [b, N+1, V]."""
         device = self.mask.device
-        tokens = torch.from_numpy(np.concatenate([last[:, None], batch.tokens], axis=1)).to(device)
+        tokens = to_device(np.concatenate([last[:, None], batch.tokens], axis=1), device)
         if batch.chain:
             cols = np.arange(batch.width + 1)
             mask, positions = self._masked(cols[None, :] <= batch.sizes[:, None]), self.pos[:, None] + cols[None, :]
         else:
             seen, depth = batch.ancestry
             mask, positions = T.tree_mask(self.mask, seen, self.model.dtype), self.pos[:, None] + depth
-        logits = self.model(input_ids=tokens, attention_mask=mask, position_ids=torch.from_numpy(positions).to(device),
+        logits = self.model(input_ids=tokens, attention_mask=mask, position_ids=to_device(positions, device),
                             past_key_values=self.cache, use_cache=True).logits
         stats.add_forward(len(last))
         return logits
@@ -117,7 +118,7 @@ class CausalLM:
             width = int(verdict.counts.max()) + 1
             rollback(self.cache, start + width)
         else:
-            slots = torch.from_numpy(verdict.columns()).to(self.mask.device)  # [b, W]
+            slots = to_device(verdict.columns(), self._slots.device)  # [b, W]
             keep_slots(self.cache, start, slots)
             width = slots.shape[1]
         self._masked(np.arange(width)[None, :] <= verdict.counts[:, None])

@@ -10,8 +10,18 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
+import torch
 
 from . import tree as T
+
+
+def to_device(array: np.ndarray, device, dtype=None) -> torch.Tensor:
+    """A step's host array on the device without a host-device sync: through pinned memory, copied asynchronously
+    (a pageable copy to CUDA waits for the stream). On a CPU the array's own memory."""
+    tensor = torch.from_numpy(np.ascontiguousarray(array))
+    if torch.device(device).type == "cuda":
+        tensor = tensor.pin_memory().to(device, non_blocking=True)
+    return tensor if dtype is None else tensor.to(dtype)
 
 
 @dataclass

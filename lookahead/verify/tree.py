@@ -50,7 +50,8 @@ def tree_mask(cache_mask: torch.Tensor, seen: np.ndarray, dtype: torch.dtype) ->
     """Additive 4D attention mask [b, 1, N+1, S+N+1]: the row's cache slots, then its ancestors in the tree."""
     b, q = seen.shape[:2]
     allowed = torch.cat([cache_mask.bool()[:, None, :].expand(b, q, -1),
-                         torch.from_numpy(seen).to(cache_mask.device)], dim=2)
+                         torch.from_numpy(seen).pin_memory().to(cache_mask.device, non_blocking=True)
+                         if cache_mask.is_cuda else torch.from_numpy(seen)], dim=2)
     mask = torch.zeros(allowed.shape, dtype=dtype, device=cache_mask.device)
     return mask.masked_fill_(~allowed, torch.finfo(dtype).min)[:, None]
 

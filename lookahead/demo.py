@@ -72,6 +72,10 @@ def run(model_id: str = DEFAULT_MODEL, max_new_tokens: int = 256, device: str = 
     """Run both decoders on the grounded prompt, print the comparison; return whether the outputs are identical."""
     model, tok, note = load(model_id, device)
     ids = _prompt_ids(tok, device)
+    limit = getattr(model.config, "max_position_embeddings", None)
+    if isinstance(limit, int) and ids.shape[1] + max_new_tokens > limit:
+        raise ValueError(f"max_new_tokens={max_new_tokens} with the demo's prompt of {ids.shape[1]} tokens exceeds the "
+                         f"model's limit of {limit} positions; use at most {max(limit - ids.shape[1], 1)}")
     calls = []
     hook = model.register_forward_pre_hook(lambda *_: calls.append(1))
     try:

@@ -87,9 +87,10 @@ def describe(model, tokenizer, max_new_tokens: int) -> Model:
 
 
 def batches(lines: list, batch_size: int) -> list:
-    """Lines grouped `batch_size` at a time by prompt length (less padding), longest first; input order breaks ties."""
+    """Lines grouped `batch_size` at a time by prompt length (less padding), longest first; each batch in input order."""
     ordered = sorted(lines, key=lambda line: (-len(line.input_ids), line.number))
-    return [ordered[i:i + batch_size] for i in range(0, len(ordered), batch_size)]
+    return [sorted(ordered[i:i + batch_size], key=lambda line: line.number)
+            for i in range(0, len(ordered), batch_size)]
 
 
 class Worker:

@@ -8,8 +8,9 @@ the forwards are real, every method writes the same tokens (checked: `mismatches
 model that wrote the traces. The loop and the job read the same file, group lines by prompt length the same way,
 left-pad, and append + flush one JSON line per input line.
 
-    python benchmarks/batch_job.py --shape gpt2-small --datasets summarization --lines 6 --batch-size 2
-    python benchmarks/batch_job.py --shape gpt2-small --datasets code-edit --lines 6 --batch-size 2 --ray-workers 0
+    python benchmarks/batch_job.py --datasets summarization    # gpt2-small shape, 8 lines, Ray with 2 workers
+    python benchmarks/batch_job.py --datasets code-edit --ray-workers 0
+    python benchmarks/batch_job.py --shape tiny --lines 24 --rounds 3
 """
 from __future__ import annotations
 
@@ -115,22 +116,28 @@ def compare(name: str, args, folder: Path) -> tuple:
     forced = ForcedReplay(traces, pad_token_id=eos, eos_token_id=eos)
     factory = functools.partial(make_model, args.shape, vocab, eos, str(args.data_dir))
     model, tokenizer = factory()
-    job(path, folder / f"{name}.warm", factory, forced, 4, args.batch_size, "suffix")  # numba kernels, caches
-    rows, ray_rows = [], []
-    base = hf_loop(path, folder / f"{name}.hf", model, tokenizer, forced, args.max_new_tokens, args.batch_size, eos)
-    rows.append(row(name, "model.generate loop", base, base, 0))
-    for lookup in ("ngram", "suffix"):
-        out = folder / f"{name}.{lookup}"
-        result = job(path, out, factory, forced, args.max_new_tokens, args.batch_size, lookup)
-        bad = mismatches(out, folder / f"{name}.hf")
-        rows.append(row(name, f"lookahead generate --lookup {lookup}", result, base, bad))
-        if lookup == "ngram" and args.ray_workers and name == args.datasets[0]:
-            ray_out = folder / f"{name}.ray"
-            ray_result = job(path, ray_out, factory, forced, args.max_new_tokens, args.batch_size, lookup, "ray",
-                             args.ray_workers)
-            ray_rows += [_ray_row(name, "local", 1, result, 0),
-                         _ray_row(name, "ray", args.ray_workers, ray_result, mismatches(ray_out, out))]
-    return rows, ray_rows
+    for lookup in ("ngram", "suffix"):  # numba kernels, caches
+        job(path, folder / f"{name}.warm-{lookup}", factory, forced, 4, args.batch_size, lookup)
+    runs = {"hf": [], "ngram": [], "suffix": []}
+    bad = {"ngram": 0, "suffix": 0}
+    for r in range(args.rounds):  # methods interleaved, so that load from elsewhere hits them alike
+        hf_out = folder / f"{name}.hf.{r}"
+        runs["hf"].append(hf_loop(path, hf_out, model, tokenizer, forced, args.max_new_tokens, args.batch_size, eos))
+        for lookup in ("ngram", "suffix"):
+            out = folder / f"{name}.{lookup}.{r}"
+            runs[lookup].append(job(path, out, factory, forced, args.max_new_tokens, args.batch_size, lookup))
+            bad[lookup] += mismatches(out, hf_out)
+    median = {method: sorted(done, key=lambda x: x["seconds"])[(len(done) - 1) // 2] for method, done in runs.items()}
+    rows = [row(name, "model.generate loop", median["hf"], median["hf"], 0)]
+    rows += [row(name, f"lookahead generate --lookup {lookup}", median[lookup], median["hf"], bad[lookup])
+             for lookup in ("ngram", "suffix")]
+    if not args.ray_workers or name != args.datasets[0]:
+        return rows, []
+    local_out, ray_out = folder / f"{name}.local", folder / f"{name}.ray"
+    local = job(path, local_out, factory, forced, args.max_new_tokens, args.batch_size, "ngram")
+    remote = job(path, ray_out, factory, forced, args.max_new_tokens, args.batch_size, "ngram", "ray", args.ray_workers)
+    return rows, [_ray_row(name, "local", 1, local, 0),
+                  _ray_row(name, "ray", args.ray_workers, remote, mismatches(ray_out, local_out))]
 
 
 def _ray_row(dataset: str, engine: str, workers: int, r: dict, bad: int) -> str:
@@ -142,16 +149,20 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shape", choices=list(SHAPES), default="gpt2-small")
     parser.add_argument("--datasets", nargs="+", default=["summarization", "code-edit"])
-    parser.add_argument("--lines", type=int, default=6, help="lines per dataset")
-    parser.add_argument("--max-prompt", type=int, default=512, help="longest prompt kept, in tokens")
-    parser.add_argument("--max-new-tokens", type=int, default=32)
-    parser.add_argument("--batch-size", type=int, default=2)
+    parser.add_argument("--lines", type=int, default=8, help="lines per dataset")
+    parser.add_argument("--max-prompt", type=int, default=384, help="longest prompt kept, in tokens")
+    parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument("--batch-size", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=2, help="runs of each method, interleaved; the faster is shown")
     parser.add_argument("--ray-workers", type=int, default=2, help="Ray run on the first dataset; 0: none")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads (default 1: on a shared 2-core machine 2 spinning threads ran 10x slower)")
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
     args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)  # Ray's workers get 1 thread each (OMP_NUM_THREADS=1 per CPU they hold)
     print(f"shape {args.shape}, {args.lines} lines per dataset, prompts <= {args.max_prompt} tokens, "
-          f"max_new_tokens {args.max_new_tokens}, batch size {args.batch_size}, torch threads "
-          f"{torch.get_num_threads()}\n")
+          f"max_new_tokens {args.max_new_tokens}, batch size {args.batch_size}, lower median of {args.rounds} "
+          f"interleaved rounds, torch threads {torch.get_num_threads()}\n")
     rows, ray_rows = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.datasets:

@@ -36,10 +36,10 @@ if __name__ == "__main__":
 '''
 
 
-STORY = ("Once upon a time, there was a little girl named Lily. She loved to play outside in the park. One day, she saw "
-         "a big, red ball. She wanted to play with it, but it was too high. Lily asked her mom, \"Can you help me get "
-         "the ball?\" Her mom smiled and said, \"Yes, Lily. Let's get it together.\" They got the ball and Lily was "
-         "very happy. She played with the ball all day. The next day, Lily told her dad what happened. She said, "
+STORY = ("Once upon a time, there was a little girl named Lily. She loved to play outside in the park. One day, she "
+         "saw a big, red ball. She wanted to play with it, but it was too high. Lily asked her mom, \"Can you help me "
+         "get the ball?\" Her mom smiled and said, \"Yes, Lily. Let's get it together.\" They got the ball and Lily "
+         "was very happy. She played with the ball all day. The next day, Lily told her dad what happened. She said, "
          "\"Dad, I saw a big, red ball.")
 
 

@@ -17,8 +17,8 @@ LINES = [
     {"id": 7, "input_ids": [403, 407, 261, 378]},
     {"id": "docs", "prompt": "Lily and Ben went to the park.",
      "documents": ["Lily and Ben went to the park. They saw a big dog. The dog was happy.", [403, 407, 261]]},
-    {"id": "retell", "prompt": "Tom had a little red car. He liked to drive his car on the floor. One day, the car went "
-                               "under the bed. Tom told his mom. He said, \"Mom, my little red car"},
+    {"id": "retell", "prompt": "Tom had a little red car. He liked to drive his car on the floor. One day, the car "
+                               "went under the bed. Tom told his mom. He said, \"Mom, my little red car"},
     {"id": "short", "prompt": "The sun"},
 ]
 
@@ -74,7 +74,8 @@ def test_local_engine_gives_greedy_output(tmp_path, stories, greedy, settings_):
 
 
 def test_bad_lines_are_reported_and_the_rest_is_written(tmp_path, stories, greedy):
-    """Not JSON, no prompt, a repeated id and a too-long prompt are reported with their line numbers; the rest goes on."""
+    """Not JSON, no prompt, a repeated id, a too-long prompt, messages without a chat template: each reported with its
+    line number, and the rest goes on."""
     bad = ["{not json", {"id": "x", "text": "no prompt here"}, {"id": "story", "prompt": "again"},
            {"id": "long", "input_ids": [300] * (512 - NEW + 1)}, {"id": "chat", "messages": [{"role": "user",
                                                                                              "content": "hi"}]}]
@@ -170,7 +171,8 @@ def test_parse_line_tokenizes_the_prompt_and_keeps_the_id(described, ident, word
     ('[1, 2]', "expected a JSON object, got list"),
     ('{"id": [1], "prompt": "a"}', '"id" must be a string or an integer, got [1]'),
     ('{"id": true, "prompt": "a"}', '"id" must be a string or an integer, got true'),
-    ('{"prompt": "a", "input_ids": [5]}', 'expected one of "prompt", "messages", "input_ids"; got prompt and input_ids'),
+    ('{"prompt": "a", "input_ids": [5]}',
+     'expected one of "prompt", "messages", "input_ids"; got prompt and input_ids'),
     ('{"prompt": 5}', '"prompt" must be a string, got int'),
     ('{"prompt": ""}', "the prompt is empty (no tokens)"),
     ('{"input_ids": [1, 512]}', '"input_ids" must lie in [0, 512) (the model\'s vocabulary), got ids from 1 to 512'),
@@ -178,11 +180,13 @@ def test_parse_line_tokenizes_the_prompt_and_keeps_the_id(described, ident, word
     ('{"prompt": "a", "documents": "text"}', '"documents" must be a list of strings or of token id lists, got str'),
     ('{"prompt": "a", "documents": [[1, -1]]}', '"documents" must lie in [0, 512)'),
     ('{"messages": "hi"}', '"messages" must be a list of {"role": ..., "content": ...} objects'),
+    ('{"prompt": "Once upon a time"}', "the tokenizer gave id 407, outside the model's vocabulary [0, 300)"),
 ])
 def test_parse_line_says_what_is_wrong(described, row, reason):
     """Each kind of bad line gets a one-line reason that names the field."""
+    small = Model(described.tokenizer, 300, 512, 8)  # a model smaller than its tokenizer, for the last case
     with pytest.raises(BadLine) as error:
-        parse_line(row, 1, described, {})
+        parse_line(row, 1, described if "Once" not in row else small, {})
     assert str(error.value).startswith(reason) and "\n" not in str(error.value)
 
 
@@ -216,6 +220,13 @@ def test_run_says_when_the_input_cannot_be_read(tmp_path):
     """A missing input file is one ValueError naming the file."""
     with pytest.raises(ValueError, match="cannot read .*missing.jsonl: No such file or directory"):
         run(str(tmp_path / "missing.jsonl"), str(tmp_path / "out.jsonl"), errors=io.StringIO())
+
+
+def test_run_says_when_the_output_cannot_be_written(tmp_path):
+    """An output in a missing folder is one ValueError naming the file, raised before any line is generated."""
+    out = tmp_path / "no-such-folder" / "out.jsonl"
+    with pytest.raises(ValueError, match=f"cannot write {out}: No such file or directory"):
+        run(write_jsonl(tmp_path / "in.jsonl", LINES), str(out), errors=io.StringIO())
 
 
 def test_options_are_checked_at_construction():

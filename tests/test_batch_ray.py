@@ -1,4 +1,4 @@
-"""The Ray engine of the JSONL job on a local cluster (2 CPUs, 2 workers): the local engine's output, resume, bad lines."""
+"""The JSONL job's Ray engine on a local cluster (2 CPUs, 2 workers): the local engine's output, resume, bad lines."""
 import io
 import json
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from tqdm import tqdm
@@ -85,32 +86,56 @@ def run(input, output, model=None, *, engine: str = "local", lookup: str = "ngra
         >>> summary.failed, summary.tokens_per_forward
     """
     options = Options(lookup, draft, max_new_tokens, batch_size, memory, do_sample, temperature, top_p, seed)
-    if engine not in ENGINES:
-        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
-    if engine == "ray":
-        from . import ray_engine
-
-        ray_engine.check_installed()
+    ray_engine = _ray_engine() if _engine(engine) == "ray" else None
     errors = sys.stderr if errors is None else errors
     spec = ModelSpec(model, device, dtype)
-    loaded = spec.load() if engine == "local" else None
+    loaded = spec.load() if ray_engine is None else None
     described = describe(*(loaded or _config_and_tokenizer(spec)), max_new_tokens)
     done, cut = (set(), False) if output == "-" else done_ids(output)
     if cut:
         print(f"{output}: removed a last line cut off by an earlier run", file=errors)
     lines, bad, skipped = read_input(input, described, done)
-    for number, reason in bad:
-        print(f"{input}:{number}: {reason}", file=errors)
-    summary = Summary(skipped=skipped, failed=len(bad))
-    groups = batches(lines, batch_size)
-    if engine == "local":
-        worker = Worker(*loaded, options, logits_processor)
-        results = (worker(group) for group in groups)
-    else:
-        results = ray_engine.results(groups, spec, options, workers, address, logits_processor)
-    _write(results, output, input, summary, len(lines), progress, echo, errors)
+    with _appending(output) as stream:
+        for number, reason in bad:
+            print(f"{input}:{number}: {reason}", file=errors)
+        summary = Summary(skipped=skipped, failed=len(bad))
+        groups = batches(lines, batch_size)
+        if ray_engine is None:
+            worker = Worker(*loaded, options, logits_processor)
+            results = (worker(group) for group in groups)
+        else:
+            results = ray_engine.results(groups, spec, options, workers, address, logits_processor)
+        _write(results, stream, input, summary, len(lines), progress, echo, errors)
     print(f"lookahead generate: {summary}", file=errors)
     return summary
+
+
+def _engine(engine: str) -> str:
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    return engine
+
+
+def _ray_engine():
+    """The Ray engine module, once Ray is known to be installed (ImportError saying how to install it otherwise)."""
+    from . import ray_engine
+
+    ray_engine.check_installed()
+    return ray_engine
+
+
+@contextmanager
+def _appending(output):
+    """The stream records are appended to (stdout for "-")."""
+    if output == "-":
+        yield sys.stdout
+        return
+    try:
+        stream = open(output, "a", encoding="utf-8")
+    except OSError as error:
+        raise ValueError(f"cannot write {output}: {error.strerror}") from None
+    with stream:
+        yield stream
 
 
 def _config_and_tokenizer(spec: ModelSpec) -> tuple:
@@ -122,11 +147,10 @@ def _config_and_tokenizer(spec: ModelSpec) -> tuple:
     return models.load_config(spec.model)
 
 
-def _write(results, output, input, summary: Summary, total: int, progress, echo, errors) -> None:
-    """Append each batch's records to `output` and flush, report failed lines, update the summary and the bar."""
-    stream = sys.stdout if output == "-" else open(output, "a", encoding="utf-8")
-    bar = tqdm(total=total, unit="line", desc="generate", disable=not errors.isatty() if progress is None else not progress,
-               file=errors)
+def _write(results, stream, input, summary: Summary, total: int, progress, echo, errors) -> None:
+    """Append each batch's records to `stream` and flush, report failed lines, update the summary and the bar."""
+    shown = errors.isatty() if progress is None else progress
+    bar = tqdm(total=total, unit="line", desc="generate", disable=not shown, file=errors)
     start = time.perf_counter()
     try:
         for batch in results:
@@ -148,5 +172,3 @@ def _write(results, output, input, summary: Summary, total: int, progress, echo,
             bar.set_postfix_str(f"{summary.tokens_per_second:.1f} tok/s, {summary.tokens_per_forward:.2f} tok/fwd")
     finally:
         bar.close()
-        if stream is not sys.stdout:
-            stream.close()

@@ -122,6 +122,8 @@ def _prompt_ids(row: dict, model: Model) -> np.ndarray:
         ids = _token_ids("input_ids", value, model.vocab_size)
     if len(ids) == 0:
         raise BadLine(f'the {given[0]} is empty (no tokens)')
+    if max(ids) >= model.vocab_size:  # a tokenizer larger than the model's embedding
+        raise BadLine(f"the tokenizer gave id {max(ids)}, outside the model's vocabulary [0, {model.vocab_size})")
     return np.asarray(ids, np.int64)
 
 
@@ -159,7 +161,7 @@ def _documents(docs, model: Model) -> list:
 
 
 def done_ids(path) -> tuple[set, bool]:
-    """(keys (`Line.key`) of the lines an earlier run wrote to `path`, whether a last line cut off mid-write was removed).
+    """(keys (`Line.key`) of the lines an earlier run wrote to `path`, whether a half-written last line was removed).
 
     Raises:
         ValueError: `path` exists but cannot be read or repaired.

@@ -87,7 +87,7 @@ def describe(model, tokenizer, max_new_tokens: int) -> Model:
 
 
 def batches(lines: list, batch_size: int) -> list:
-    """Lines grouped `batch_size` at a time by prompt length (less padding), longest first; each batch in input order."""
+    """Lines `batch_size` at a time, grouped by prompt length (less padding), longest first, in input order inside."""
     ordered = sorted(lines, key=lambda line: (-len(line.input_ids), line.number))
     return [sorted(ordered[i:i + batch_size], key=lambda line: line.number)
             for i in range(0, len(ordered), batch_size)]

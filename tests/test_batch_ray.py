@@ -15,14 +15,6 @@ LINES.insert(2, {"id": "s1", "prompt": "a repeated id"})  # line 3
 LINES.insert(4, "not json")  # line 5
 
 
-@pytest.fixture(scope="module", autouse=True)
-def cluster():
-    """One local Ray cluster of 2 CPUs for the module."""
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
-
-
 def write_jsonl(path, rows) -> str:
     path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
     return str(path)
@@ -34,30 +26,42 @@ def by_id(path) -> dict:
     return {r["id"]: r for r in records}
 
 
-def test_ray_engine_writes_the_local_engines_output(tmp_path):
-    """Two Ray workers write the same lines as the local engine (order aside), and report the same bad lines."""
-    path = write_jsonl(tmp_path / "in.jsonl", LINES)
-    reports = {}
-    for engine in ("local", "ray"):
-        errors = io.StringIO()
-        summary = run(path, str(tmp_path / f"{engine}.jsonl"), engine=engine, workers=2, max_new_tokens=NEW,
-                      batch_size=2, errors=errors)
-        reports[engine] = errors.getvalue().splitlines()[:2]
-        assert (summary.written, summary.failed) == (6, 2)
-    assert by_id(tmp_path / "ray.jsonl") == by_id(tmp_path / "local.jsonl")
-    assert reports["ray"] == reports["local"] == [f'{path}:3: id "s1" was already used on line 2',
-                                                  f"{path}:5: not JSON (Expecting value at column 1)"]
+@pytest.fixture(scope="module")
+def jobs(tmp_path_factory):
+    """One local Ray cluster of 2 CPUs; a full local run, then a Ray run (2 workers) resuming a killed copy of it
+    (two lines and half of the third kept)."""
+    folder = tmp_path_factory.mktemp("ray")
+    path = write_jsonl(folder / "in.jsonl", LINES)
+    local_errors, ray_errors = io.StringIO(), io.StringIO()
+    run(path, str(folder / "local.jsonl"), max_new_tokens=NEW, batch_size=2, errors=local_errors)
+    kept = (folder / "local.jsonl").read_text().splitlines(keepends=True)
+    (folder / "ray.jsonl").write_text("".join(kept[:2]) + kept[2][:20])
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        summary = run(path, str(folder / "ray.jsonl"), engine="ray", workers=2, max_new_tokens=NEW, batch_size=2,
+                      errors=ray_errors)
+        again = run(path, str(folder / "ray.jsonl"), engine="ray", workers=2, max_new_tokens=NEW, errors=io.StringIO())
+    finally:
+        ray.shutdown()
+    return dict(path=path, folder=folder, summary=summary, again=again, local_errors=local_errors.getvalue(),
+                ray_errors=ray_errors.getvalue())
 
 
-def test_ray_engine_resumes_a_killed_job(tmp_path):
-    """A Ray run on a partial output (two lines and half of one) adds only the missing lines."""
-    path = write_jsonl(tmp_path / "in.jsonl", LINES)
-    run(path, str(tmp_path / "full.jsonl"), max_new_tokens=NEW, batch_size=2, errors=io.StringIO())
-    full = (tmp_path / "full.jsonl").read_text().splitlines(keepends=True)
-    (tmp_path / "out.jsonl").write_text("".join(full[:2]) + full[2][:20])
-    summary = run(path, str(tmp_path / "out.jsonl"), engine="ray", workers=2, max_new_tokens=NEW, batch_size=2,
-                  errors=io.StringIO())
-    assert (summary.written, summary.skipped) == (4, 2)
-    assert set(by_id(tmp_path / "out.jsonl")) == set(by_id(tmp_path / "full.jsonl"))
-    again = run(path, str(tmp_path / "out.jsonl"), engine="ray", workers=2, max_new_tokens=NEW, errors=io.StringIO())
-    assert (again.written, again.skipped) == (0, 6)
+def test_ray_engine_writes_the_local_engines_output(jobs):
+    """The lines two Ray workers add are the local engine's, ids and texts (order aside), with no duplicates."""
+    assert by_id(jobs["folder"] / "ray.jsonl") == by_id(jobs["folder"] / "local.jsonl")
+
+
+def test_ray_engine_resumes_a_killed_job(jobs):
+    """The Ray run drops the half-written line, skips the two complete ones and writes the four others."""
+    assert (jobs["summary"].written, jobs["summary"].skipped, jobs["summary"].failed) == (4, 2, 2)
+    assert f"{jobs['folder'] / 'ray.jsonl'}: removed a last line cut off by an earlier run" in jobs["ray_errors"]
+    assert (jobs["again"].written, jobs["again"].skipped) == (0, 6)
+
+
+def test_ray_engine_reports_bad_lines_as_the_local_one(jobs):
+    """Bad lines get the same INPUT:LINE: reason lines from both engines."""
+    path = jobs["path"]
+    expected = [f'{path}:3: id "s1" was already used on line 2', f"{path}:5: not JSON (Expecting value at column 1)"]
+    assert [line for line in jobs["ray_errors"].splitlines() if line.startswith(path)] == expected
+    assert [line for line in jobs["local_errors"].splitlines() if line.startswith(path)] == expected

@@ -127,10 +127,11 @@ def compare(name: str, args, folder: Path) -> tuple:
             out = folder / f"{name}.{lookup}.{r}"
             runs[lookup].append(job(path, out, factory, forced, args.max_new_tokens, args.batch_size, lookup))
             bad[lookup] += mismatches(out, hf_out)
-    median = {method: sorted(done, key=lambda x: x["seconds"])[(len(done) - 1) // 2] for method, done in runs.items()}
-    rows = [row(name, "model.generate loop", median["hf"], median["hf"], 0)]
+    median = {method: sorted(done, key=lambda x: x["seconds"])[(len(done) - 1) // 2] for method, done in runs.items()
+              if done}
+    rows = [row(name, "model.generate loop", median["hf"], median["hf"], 0)] if median else []
     rows += [row(name, f"lookahead generate --lookup {lookup}", median[lookup], median["hf"], bad[lookup])
-             for lookup in ("ngram", "suffix")]
+             for lookup in ("ngram", "suffix") if median]
     if not args.ray_workers or name != args.datasets[0]:
         return rows, []
     local_out, ray_out = folder / f"{name}.local", folder / f"{name}.ray"
@@ -153,7 +154,8 @@ def main(argv=None) -> None:
     parser.add_argument("--max-prompt", type=int, default=384, help="longest prompt kept, in tokens")
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--batch-size", type=int, default=4)
-    parser.add_argument("--rounds", type=int, default=2, help="runs of each method, interleaved; the faster is shown")
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="runs of each method, interleaved; the lower median is shown (0: only the Ray comparison)")
     parser.add_argument("--ray-workers", type=int, default=2, help="Ray run on the first dataset; 0: none")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads (default 1: on a shared 2-core machine 2 spinning threads ran 10x slower)")
@@ -169,9 +171,10 @@ def main(argv=None) -> None:
             more, more_ray = compare(name, args, Path(tmp))
             rows += more
             ray_rows += more_ray
-    print("| dataset | method | lines/s | tokens/s | tokens/forward | speedup | mismatches |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
-    print("\n".join(rows))
+    if rows:
+        print("| dataset | method | lines/s | tokens/s | tokens/forward | speedup | mismatches |")
+        print("| --- | --- | --- | --- | --- | --- | --- |")
+        print("\n".join(rows))
     if ray_rows:
         print("\n| dataset | engine | workers | wall s (start to end) | s to the first line | lines/s (wall) | "
               "tokens/s (wall) | mismatches vs local |")

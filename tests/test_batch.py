@@ -206,6 +206,7 @@ def test_done_ids_reads_ids_and_drops_a_partial_line(tmp_path):
     (dict(max_new_tokens=True), "max_new_tokens must be an int >= 1, got True"),
     (dict(top_p=0), "temperature must be > 0 and top_p in (0, 1], got 1.0, 0"),
     (dict(dtype="int8"), "dtype must be one of fp32, bf16, fp16, got 'int8'"),
+    (dict(engine="ray", workers=0), "workers must be an int >= 1, got 0"),
     (dict(model="/nonexistent/model"), "no model folder at /nonexistent/model (no such directory)"),
 ])
 def test_run_refuses_bad_settings(tmp_path, kwargs, message):

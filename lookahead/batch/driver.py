@@ -86,7 +86,7 @@ def run(input, output, model=None, *, engine: str = "local", lookup: str = "ngra
         >>> summary.failed, summary.tokens_per_forward
     """
     options = Options(lookup, draft, max_new_tokens, batch_size, memory, do_sample, temperature, top_p, seed)
-    ray_engine = _ray_engine() if _engine(engine) == "ray" else None
+    ray_engine = _ray_engine(workers) if _engine(engine) == "ray" else None
     errors = sys.stderr if errors is None else errors
     spec = ModelSpec(model, device, dtype)
     loaded = spec.load() if ray_engine is None else None
@@ -116,10 +116,12 @@ def _engine(engine: str) -> str:
     return engine
 
 
-def _ray_engine():
+def _ray_engine(workers):
     """The Ray engine module, once Ray is known to be installed (ImportError saying how to install it otherwise)."""
     from . import ray_engine
 
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be an int >= 1, got {workers!r}")
     ray_engine.check_installed()
     return ray_engine
 

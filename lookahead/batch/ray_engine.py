@@ -52,13 +52,12 @@ def results(groups: list, spec: ModelSpec, options: Options, workers: int, addre
     """
     import ray
 
-    if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
-        raise ValueError(f"workers must be an int >= 1, got {workers!r}")
     if not groups:
         return
     if not ray.is_initialized():
         ray.init(address=address, log_to_driver=False, logging_level="WARNING")
-    gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 and spec.device in (None, "cuda") else 0
+    wants_gpu = spec.device is None or spec.device.startswith("cuda")
+    gpus = 1 if wants_gpu and ray.cluster_resources().get("GPU", 0) >= 1 else 0
     rows = [{"batch": json.dumps([line.to_json() for line in group])} for group in groups]
     context, logger = ray.data.DataContext.get_current(), logging.getLogger("ray.data")
     shown, level = context.enable_progress_bars, logger.level

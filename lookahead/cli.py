@@ -1,37 +1,71 @@
-"""The `lookahead` console script."""
+"""The `lookahead` console script (also `python -m lookahead`): demo, generate, bench."""
 from __future__ import annotations
 
 import argparse
 import sys
 
 
+def positive_int(text: str) -> int:
+    """argparse type: an int >= 1 (a bad value gets argparse's one-line error and exit status 2)."""
+    return _number(text, int, lambda v: v >= 1, "an integer >= 1")
+
+
+def non_negative_int(text: str) -> int:
+    """argparse type: an int >= 0."""
+    return _number(text, int, lambda v: v >= 0, "an integer >= 0")
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a finite float > 0."""
+    return _number(text, float, lambda v: 0 < v < float("inf"), "a number > 0")
+
+
+def probability(text: str) -> float:
+    """argparse type: a float in (0, 1]."""
+    return _number(text, float, lambda v: 0 < v <= 1, "a number in (0, 1]")
+
+
+def _number(text: str, kind, ok, expected: str):
+    try:
+        value = kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+    if not ok(value):
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+    return value
+
+
 def _demo(args) -> int:
+    import torch
+
     from . import demo
 
-    same = demo.run(args.model, max_new_tokens=args.max_new_tokens, device=args.device, max_ngram=args.max_ngram)
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        same = demo.run(args.model, max_new_tokens=args.max_new_tokens, device=device, max_ngram=args.max_ngram)
+    except ValueError as error:
+        print(f"lookahead demo: error: {error}", file=sys.stderr)
+        return 2
     return 0 if same else 1
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .batch import cli as batch
     from .bench import cli as bench
     from .demo import DEFAULT_MODEL
 
     parser = argparse.ArgumentParser(prog="lookahead", description="Lossless n-gram speculative decoding.")
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="greedy vs lookahead on a grounded prompt: text, equality, speedup")
-    demo.add_argument("--model", default=DEFAULT_MODEL, help=f"path or hub id (default {DEFAULT_MODEL})")
-    demo.add_argument("--max-new-tokens", type=int, default=256)
-    demo.add_argument("--max-ngram", type=int, default=4)
-    demo.add_argument("--device", default="cuda" if _cuda() else "cpu")
+    demo.add_argument("--model", default=DEFAULT_MODEL,
+                      help=f"folder or hub id (default {DEFAULT_MODEL}; offline: the bundled stories260K)")
+    demo.add_argument("--max-new-tokens", type=positive_int, default=256)
+    demo.add_argument("--max-ngram", type=positive_int, default=4)
+    demo.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda when present)")
     demo.set_defaults(func=_demo)
+    batch.add_parser(sub)
     bench.add_parser(sub)
     return parser
-
-
-def _cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
 
 
 def main(argv=None) -> int:

@@ -1,11 +1,11 @@
-"""`lookahead demo`: plain greedy versus lookahead on a grounded prompt (code to edit), side by side."""
+"""`lookahead demo`: plain greedy versus lookahead on a grounded prompt (code to edit, or a story to retell)."""
 from __future__ import annotations
 
-import socket
 import time
 
 import torch
 
+from . import models
 from .generate import generate
 
 DEFAULT_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
@@ -36,62 +36,29 @@ if __name__ == "__main__":
 '''
 
 
-class CharTokenizer:
-    """Printable ASCII, newline and tab as ids 3.. (0 pad, 1 bos, 2 eos): a tokenizer that needs no download."""
-
-    pad_token_id, bos_token_id, eos_token_id = 0, 1, 2
-    chars = "\n\t" + "".join(chr(c) for c in range(32, 127))
-    vocab_size = 3 + len(chars)
-
-    def encode(self, text: str) -> list:
-        lookup = {c: i + 3 for i, c in enumerate(self.chars)}
-        return [self.bos_token_id] + [lookup.get(c, lookup["?"]) for c in text]
-
-    def decode(self, ids) -> str:
-        return "".join(self.chars[i - 3] for i in ids if 3 <= i < self.vocab_size)
+STORY = ("Once upon a time, there was a little girl named Lily. She loved to play outside in the park. One day, she "
+         "saw a big, red ball. She wanted to play with it, but it was too high. Lily asked her mom, \"Can you help me "
+         "get the ball?\" Her mom smiled and said, \"Yes, Lily. Let's get it together.\" They got the ball and Lily "
+         "was very happy. She played with the ball all day. The next day, Lily told her dad what happened. She said, "
+         "\"Dad, I saw a big, red ball.")
 
 
 def load(model_id: str, device: str):
-    """(model, tokenizer, note): the requested model, or a local random-weight Llama when it cannot be loaded."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    """(model, tokenizer, note). Only a hub id that cannot be downloaded (offline) falls back to stories260K.
 
-    for local_only in (True, False):
-        if not local_only and not _hub_reachable():
-            break
-        try:
-            tok = AutoTokenizer.from_pretrained(model_id, local_files_only=local_only)
-            model = AutoModelForCausalLM.from_pretrained(model_id, local_files_only=local_only, dtype=torch.float32)
-            return model.to(device).eval(), tok, f"model: {model_id}"
-        except (OSError, ValueError):
-            continue
-    print(f"could not load {model_id} (offline?); using a local random-weight Llama built from a small config")
-    return _local_model().to(device), CharTokenizer(), "model: random-weight Llama (6 layers, hidden 256), character tokens"
-
-
-def _local_model():
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    config = LlamaConfig(vocab_size=CharTokenizer.vocab_size, hidden_size=256, intermediate_size=688,
-                         num_hidden_layers=6, num_attention_heads=8, num_key_value_heads=4,
-                         max_position_embeddings=4096, bos_token_id=1, eos_token_id=2, pad_token_id=0)
-    torch.manual_seed(0)
-    return LlamaForCausalLM(config).eval()
-
-
-def _hub_reachable(host: str = "huggingface.co", timeout: float = 3.0) -> bool:
-    try:
-        socket.create_connection((host, 443), timeout=timeout).close()
-        return True
-    except OSError:
-        return False
+    Raises:
+        ValueError: a missing folder, a folder without a model or tokenizer, a hub id the hub refuses (one line).
+    """
+    return models.load(model_id, device=device, fallback=True)
 
 
 def _prompt_ids(tok, device) -> torch.Tensor:
-    user = f"{INSTRUCTION}\n\n```python\n{DOCUMENT}```"
-    if isinstance(tok, CharTokenizer):
-        return torch.tensor([tok.encode(user + "\n\n```python\n")], device=device)
-    messages = [{"role": "user", "content": user}]
-    text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    """A chat model edits code; a base model (no chat template, e.g. stories260K) retells a story it just read."""
+    if getattr(tok, "chat_template", None):
+        messages = [{"role": "user", "content": f"{INSTRUCTION}\n\n```python\n{DOCUMENT}```"}]
+        text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    else:
+        text = STORY
     return tok(text, return_tensors="pt").input_ids.to(device)
 
 
@@ -105,6 +72,10 @@ def run(model_id: str = DEFAULT_MODEL, max_new_tokens: int = 256, device: str = 
     """Run both decoders on the grounded prompt, print the comparison; return whether the outputs are identical."""
     model, tok, note = load(model_id, device)
     ids = _prompt_ids(tok, device)
+    limit = getattr(model.config, "max_position_embeddings", None)
+    if isinstance(limit, int) and ids.shape[1] + max_new_tokens > limit:
+        raise ValueError(f"max_new_tokens={max_new_tokens} with the demo's prompt of {ids.shape[1]} tokens exceeds the "
+                         f"model's limit of {limit} positions; use at most {max(limit - ids.shape[1], 1)}")
     calls = []
     hook = model.register_forward_pre_hook(lambda *_: calls.append(1))
     try:
@@ -120,7 +91,7 @@ def run(model_id: str = DEFAULT_MODEL, max_new_tokens: int = 256, device: str = 
     new = fast.shape[1] - ids.shape[1]
     same = torch.equal(plain, fast)
     print(f"{note}; prompt {ids.shape[1]} tokens, {new} new tokens\n")
-    print(tok.decode(fast[0, ids.shape[1]:].tolist()))
+    print(tok.decode(fast[0, ids.shape[1]:].tolist(), skip_special_tokens=True))
     print(f"\nidentical outputs:   {'yes' if same else 'NO'}")
     print(f"forward passes:      greedy {plain_forwards}, lookahead {stats.forward_passes} "
           f"({stats.tokens_per_forward:.2f} tokens/forward, {stats.acceptance_rate:.0%} of drafts accepted)")

@@ -25,6 +25,8 @@ def add_parser(sub) -> None:
                    help="a Memory of this many tokens shared by the lines a worker handles (default 0: none)")
     p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda when present)")
     p.add_argument("--dtype", choices=list(models.DTYPES), default="fp32", help="(default fp32)")
+    p.add_argument("--threads", type=positive_int, default=None,
+                   help="torch CPU threads (default: torch's); 1 suits small models on a busy machine")
     p.add_argument("--do-sample", action="store_true", help="sample instead of greedy decoding")
     p.add_argument("--temperature", type=positive_float, default=1.0, help="with --do-sample (default 1.0)")
     p.add_argument("--top-p", type=probability, default=1.0, help="with --do-sample (default 1.0)")
@@ -45,6 +47,10 @@ def _generate(args) -> int:
         args.parser.error("--draft tree needs --lookup suffix")
     if args.engine == "local" and (args.address is not None or args.workers != 1):
         args.parser.error("--address and --workers need --engine ray")
+    if args.threads is not None:
+        import torch
+
+        torch.set_num_threads(args.threads)
     try:
         summary = run(args.input, args.output, args.model, engine=args.engine, lookup=args.lookup, draft=args.draft,
                       max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, memory=args.memory,

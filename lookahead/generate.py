@@ -238,7 +238,7 @@ def _advance(target, rows: _Rows, outs, run: _Run, batch: DraftBatch, verdict, s
     run.stats.accepted_tokens += int(verdict.counts.sum())
     run.stats.forwards_by_row[rows.ids] += 1
     cols = verdict.columns()
-    if cols is not None:  # trees: the accepted path's columns, in order
+    if cols is not None and (run.recorder is not None or run.stopper.criteria):  # trees: the accepted path's columns
         at, cols = torch.arange(len(cols), device=scores.device)[:, None], to_device(cols, scores.device)
         scores, logits = scores[at, cols], logits[at, cols]
     return _drop(target, rows, _append(rows, outs, verdict.gained(batch), run, scores, logits))

@@ -5,6 +5,7 @@ vectorised rules (`greedy_accept`, `sample_accept`), trees walk their branches (
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from . import tree as T
@@ -31,10 +32,18 @@ def acceptance_rule(do_sample: bool, generator=None, device=None):
 
 def greedy(batch: DraftBatch, scores: torch.Tensor) -> Verdict:
     """The longest draft path that equals the target's argmax, then the argmax after it."""
-    targets = scores.argmax(-1).cpu().numpy()  # [b, N+1]; the one host-device sync
+    targets = argmax(scores)  # [b, N+1]; the one host-device sync
     if batch.chain:
         return Verdict(*greedy_accept_with_bonus(batch.tokens, batch.sizes, targets))
     return Verdict.of_paths(*T.greedy_tree_accept(batch.tokens, batch.parents, batch.sizes, targets))
+
+
+def argmax(scores: torch.Tensor) -> np.ndarray:
+    """The argmax over the last dimension as a host array (numpy's on a CPU: many times faster than torch's there,
+    and the same first-maximum rule)."""
+    if scores.device.type == "cpu" and scores.dtype in (torch.float32, torch.float64):
+        return scores.numpy().argmax(-1)
+    return scores.argmax(-1).cpu().numpy()
 
 
 def sample(batch: DraftBatch, scores: torch.Tensor, generator=None) -> Verdict:

@@ -9,17 +9,15 @@ trajectories one after another (earlier trajectories' commands and tool output r
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from tqdm import tqdm
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from traces import DEFAULT_DATA_DIR, load_traces  # noqa: E402
+from traces import DEFAULT_DATA_DIR, load_traces
 
-from lookahead import Memory  # noqa: E402
-from lookahead.bench.replay import ReplayStats, replay_trace  # noqa: E402
-from lookahead.index import NgramIndex, SuffixIndex  # noqa: E402
+from lookahead import Memory
+from lookahead.bench.replay import ReplayStats, replay_trace
+from lookahead.index import NgramIndex, SuffixIndex
 
 INDEXES = {"ngram": lambda: NgramIndex(4), "suffix": SuffixIndex}
 

@@ -14,16 +14,14 @@ then repeats the tail that preceded it, so the index drafts exactly what greedy 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from traces import DEFAULT_DATA_DIR, load_traces  # noqa: E402
+from traces import DEFAULT_DATA_DIR, load_traces
 
-import lookahead  # noqa: E402
-from lookahead import GenerationStats  # noqa: E402
+import lookahead
+from lookahead import GenerationStats
 
 STORIES = DEFAULT_DATA_DIR.parent / "models" / "stories260K"
 DECODINGS = {"greedy": {}, "T=0.7": dict(do_sample=True, temperature=0.7, top_k=0),

@@ -170,10 +170,11 @@ def _holds(sequence: np.ndarray, pos: int, token: int) -> bool:
 
 def distinct_prompts(traces) -> list:
     """The traces whose prompt is neither a prefix of, equal to, nor an extension of an earlier kept trace's prompt."""
+    prompts = [np.asarray(prompt).tolist() for prompt, _ in traces]
+    key_len = min([KEY_LEN] + [len(p) for p in prompts])  # a prefix of a prompt must land in the prompt's group
     kept, groups = [], {}
-    for prompt, output in traces:
-        tokens = np.asarray(prompt).tolist()
-        group = groups.setdefault(tuple(tokens[:KEY_LEN]), [])
+    for tokens, (prompt, output) in zip(prompts, traces):
+        group = groups.setdefault(tuple(tokens[:key_len]), [])
         if not any(_prefix(p, tokens) or _prefix(tokens, p) for p in group):
             group.append(tokens)
             kept.append((prompt, output))

@@ -24,11 +24,13 @@ def check_model(model) -> None:
         raise TypeError(f"model must accept past_key_values and use_cache to decode with a KV cache; {name} does not")
 
 
-def check_int(name: str, value, low: int) -> int:
+def check_int(name: str, value, low: int, high: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     if value < low:
         raise ValueError(f"{name} must be >= {low}, got {value}")
+    if high is not None and value > high:
+        raise ValueError(f"{name} must be <= {high}, got {value}")
     return value
 
 
@@ -44,17 +46,18 @@ def check_inputs(model, input_ids, attention_mask) -> tuple[torch.Tensor, torch.
     if attention_mask is None:
         attention_mask = torch.ones_like(input_ids)
     else:
-        attention_mask = _as_batch("attention_mask", attention_mask)
+        attention_mask = _as_batch("attention_mask", attention_mask, numbers=True)
         if attention_mask.shape != input_ids.shape:
             raise ValueError(
                 f"attention_mask must have the shape of input_ids {tuple(input_ids.shape)}, "
                 f"got {tuple(attention_mask.shape)}"
             )
         if ((attention_mask != 0) & (attention_mask != 1)).any():
-            raise ValueError("attention_mask must hold only 0 and 1")
+            raise ValueError("attention_mask must hold only 0 and 1 (or False and True)")
+        attention_mask = attention_mask.long()
         if (attention_mask.sum(-1) == 0).any():
             raise ValueError("attention_mask has a row with no token to attend to (all zeros)")
-    vocab = model.get_input_embeddings().num_embeddings
+    vocab = vocab_size(model)
     real = input_ids[attention_mask.bool()]
     if real.numel() and (real.min() < 0 or real.max() >= vocab):
         raise ValueError(
@@ -67,7 +70,7 @@ def check_inputs(model, input_ids, attention_mask) -> tuple[torch.Tensor, torch.
 
 def check_length(model, attention_mask: torch.Tensor, max_new_tokens: int) -> None:
     """Raise ValueError if the longest row would run past the model's position limit."""
-    limit = _position_limit(model.config)
+    limit = position_limit(model.config)
     longest = int(attention_mask.sum(-1).max())
     if limit is not None and longest + max_new_tokens > limit:
         raise ValueError(
@@ -76,15 +79,33 @@ def check_length(model, attention_mask: torch.Tensor, max_new_tokens: int) -> No
         )
 
 
-def check_documents(model, documents) -> None:
-    """Raise ValueError if a document (per-row lists of int arrays) holds an id outside the model's vocabulary."""
-    vocab = model.get_input_embeddings().num_embeddings
+def check_documents(model, documents, memory=None) -> None:
+    """Raise ValueError if a document (per-row lists of int arrays) or the memory holds an id outside the model's
+    vocabulary: a draft copied from it would crash the model's embedding."""
+    vocab = vocab_size(model)
     top = max((int(d.max()) for row in documents or [] for d in row if d.size), default=-1)
     if top >= vocab:
         raise ValueError(f"documents must hold token ids in [0, {vocab}) (the model's vocabulary), got an id {top}")
+    held = memory.documents() if memory is not None and len(memory) else [[]]
+    top = max((int(piece.max()) for piece in held[0] if len(piece)), default=-1)
+    if top >= vocab:
+        raise ValueError(f"memory holds token ids up to {top}, outside the model's vocabulary [0, {vocab}): "
+                         f"it was filled by another model; use one Memory per tokenizer")
 
 
-def _position_limit(config):
+def check_draft_shape(model, draft: str) -> None:
+    """Raise ValueError for draft="tree" on an encoder-decoder (its decoder takes positions from the cache length)."""
+    if draft == "tree" and getattr(model.config, "is_encoder_decoder", False):
+        raise ValueError(f"draft='tree' needs a decoder-only model; {type(model).__name__} is an encoder-decoder")
+
+
+def vocab_size(model) -> int:
+    """Rows of the model's input embedding: the ids it accepts."""
+    return model.get_input_embeddings().num_embeddings
+
+
+def position_limit(config):
+    """The model's most positions (max_position_embeddings or its equivalent), or None."""
     for attr in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
         value = getattr(config, attr, None)
         if isinstance(value, int) and value > 0:
@@ -92,13 +113,14 @@ def _position_limit(config):
     return None
 
 
-def _as_batch(name: str, value) -> torch.Tensor:
+def _as_batch(name: str, value, numbers: bool = False) -> torch.Tensor:
+    """value as a LongTensor [batch, length]; bools and floats too when `numbers` (an attention mask)."""
     if not isinstance(value, torch.Tensor):
         try:
             value = torch.as_tensor(value)
         except (TypeError, ValueError, RuntimeError) as err:
             raise TypeError(f"{name} must be a LongTensor or a nested list of ints, got {type(value).__name__}") from err
-    if value.dtype.is_floating_point or value.dtype.is_complex or value.dtype == torch.bool:
+    if value.dtype.is_complex or (not numbers and (value.dtype.is_floating_point or value.dtype == torch.bool)):
         raise TypeError(f"{name} must hold integers (a LongTensor), got dtype {value.dtype}")
     if value.dim() == 1:
         value = value.unsqueeze(0)
@@ -106,4 +128,4 @@ def _as_batch(name: str, value) -> torch.Tensor:
         raise ValueError(f"{name} must have shape [batch, length], got {tuple(value.shape)}")
     if value.numel() == 0:
         raise ValueError(f"{name} must not be empty, got shape {tuple(value.shape)}")
-    return value.long()
+    return value if numbers else value.long()

@@ -15,7 +15,8 @@ import weakref
 import numpy as np
 import torch
 
-from .policy import CostCurve
+from ._validate import position_limit
+from .policy import CostCurve, as_cost
 from .verify import new_cache, rollback
 
 logger = logging.getLogger(__name__)
@@ -56,6 +57,11 @@ def measure_draft_cost(model, context: int = 512, batch: int = 1, max_tokens: in
         >>> generate(model, ids, lookup="suffix", draft="tree", draft_cost=cost)
     """
     sizes = sorted({n for n in (1, 2, 3, 4, 5, 6, 8, 11, 16, 24, 33, 48, 64) if n <= max_tokens} | {1, max_tokens + 1})
+    limit = position_limit(model.config)
+    if limit is not None and context + sizes[-1] > limit:  # learned positions: stay inside the table
+        context = max(limit - sizes[-1], 1)
+        if context + sizes[-1] > limit:
+            raise ValueError(f"max_tokens={max_tokens} does not fit the model's position limit of {limit} tokens")
     times = forward_times(model, sizes, context, batch)
     curve = np.interp(np.arange(1, max_tokens + 2), sizes, [times[n] for n in sizes])
     return CostCurve(curve / curve[0])
@@ -71,3 +77,20 @@ def measured_draft_cost(model, max_tokens: int) -> CostCurve:
         logger.info("lookahead: measured the verification cost in %.1f s: %r", time.perf_counter() - start,
                     known[key])
     return known[key]
+
+
+def draft_cost(model, settings):
+    """A call's verification cost model: as given, measured on first use ("auto"), or the device's default."""
+    if settings.draft_cost is None:
+        return default_cost(model)
+    if isinstance(settings.draft_cost, str):  # "auto"
+        most = max(settings.num_draft_tokens, settings.max_draft_nodes if settings.draft == "tree" else 0)
+        limit = position_limit(model.config)
+        return measured_draft_cost(model, max(min(most, limit // 2 if limit else most), 1))
+    return as_cost(settings.draft_cost)
+
+
+def default_cost(model) -> tuple:
+    """(overhead, per_token) of verification as measured on a CPU (a one-token forward is a cheap matrix-vector
+    product there: any multi-token forward costs ~1.8x it) and on a GPU at small batch (nearly free)."""
+    return (0.8, 0.08) if model.device.type == "cpu" else (0.0, 0.02)

@@ -10,44 +10,45 @@ config, logits processors, stopping criteria, encoder outputs), so every other a
 from __future__ import annotations
 
 import functools
-import sys
-
-from transformers import GenerationMixin
 
 from .generate import decode
-from .settings import check_tree, make_settings, refuse_assistant
+from .settings import make_settings
 
 
 def custom_generate(model, input_ids, logits_processor, stopping_criteria, generation_config, *, lookup="ngram",
                     max_ngram=4, min_ngram=1, num_draft_tokens=10, draft_cost=None, draft="chain", max_draft_nodes=32,
-                    documents=None, tokenizer=None, generator=None, inputs_tensor=None, **model_kwargs):
+                    memory=None, documents=None, tokenizer=None, generator=None, streamer=None, inputs_tensor=None,
+                    **model_kwargs):
     """The lookahead decoding loop in the form `model.generate(custom_generate=...)` calls.
 
-    Lookahead's own arguments (`lookup`, `max_ngram`, `min_ngram`, `num_draft_tokens`, `draft_cost`, `draft`,
-    `max_draft_nodes`, `documents`, `generator`) are passed to `model.generate` next to the usual ones; see `lookahead.generate`. transformers does not
-    hand `tokenizer=` to a custom loop: for string documents bind it with `lookahead.plugin(tokenizer=tok)`.
-    With return_dict_in_generate=True the output has `lookahead_stats`.
+    Lookahead's own options (`lookup`, `max_ngram`, `min_ngram`, `num_draft_tokens`, `draft_cost`, `draft`,
+    `max_draft_nodes`, `memory`, `documents`, `generator`; see `lookahead.generate`) are passed to `model.generate`
+    next to the usual ones. transformers hands a custom loop neither `tokenizer=` nor `streamer=` nor
+    `assistant_model=` (it keeps them for its own loops; pinned by tests/test_plugin.py): bind the first two with
+    `lookahead.plugin(tokenizer=tok, streamer=s)`. With return_dict_in_generate=True the output has
+    `lookahead_stats`.
 
     Returns:
         What `model.generate` returns: sequences [B, L + new], or its output class with return_dict_in_generate.
 
     Raises:
-        ValueError: an argument lookahead cannot honour (num_beams > 1, assistant_model, ...), named in the message.
+        ValueError: an argument lookahead cannot honour (num_beams > 1, ...), named in the message.
 
     Example:
         >>> model.generate(ids, custom_generate=lookahead.custom_generate, max_ngram=3, max_new_tokens=64)
     """
-    streamer, assistant_model = _dropped_by_transformers()
-    refuse_assistant(assistant_model)
-    tree = check_tree(draft, max_draft_nodes, lookup, model)
-    settings = make_settings(lookup, max_ngram, min_ngram, num_draft_tokens, draft_cost, documents, tokenizer,
-                             generator, streamer, **tree)
+    settings = make_settings(lookup=lookup, max_ngram=max_ngram, min_ngram=min_ngram, num_draft_tokens=num_draft_tokens,
+                             draft_cost=draft_cost, draft=draft, max_draft_nodes=max_draft_nodes, memory=memory,
+                             documents=documents, tokenizer=tokenizer, generator=generator, streamer=streamer)
     return decode(model, input_ids, logits_processor, stopping_criteria, generation_config, lookahead=settings,
                   inputs_tensor=inputs_tensor, **model_kwargs)
 
 
 def plugin(**options):
-    """`custom_generate` with lookahead options bound (those transformers would not pass on, like `tokenizer`).
+    """`custom_generate` with lookahead options bound (those transformers would not pass on: `tokenizer`, `streamer`).
+
+    Raises:
+        TypeError, ValueError: an unknown option or a bad value, named (here, not at the first generate call).
 
     Example:
         >>> model.generate(ids, custom_generate=lookahead.plugin(tokenizer=tok, documents=passages))
@@ -103,20 +104,3 @@ class Summarization:
         enc = self.tokenizer(text, return_tensors="pt", truncation=True, max_length=self.max_input)
         out = self.model.generate(**enc.to(self.model.device), **kwargs)
         return self.tokenizer.decode(out[0], skip_special_tokens=True)
-
-
-def _dropped_by_transformers() -> tuple:
-    """(streamer, assistant_model) given to the `model.generate` call that is running this loop.
-
-    transformers passes a callable `custom_generate` only the keyword arguments its signature adds to `_sample`'s,
-    and `streamer`/`assistant_model` are not among them; without this a `TextIteratorStreamer` would wait forever and
-    an assistant model would be silently ignored. They are read from the calling `generate` frame, nothing else.
-    """
-    frame = sys._getframe(2)
-    generate_code = GenerationMixin.generate.__wrapped__.__code__ if hasattr(GenerationMixin.generate, "__wrapped__") \
-        else GenerationMixin.generate.__code__
-    while frame is not None and frame.f_code is not generate_code:
-        frame = frame.f_back
-    if frame is None:
-        return None, None
-    return frame.f_locals.get("streamer"), frame.f_locals.get("assistant_model")

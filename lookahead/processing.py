@@ -11,6 +11,8 @@ import torch
 import transformers.generation.logits_process as LP
 from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria
 
+from .verify.batch import DraftBatch
+
 
 def _classes(*names) -> tuple:
     return tuple(getattr(LP, n) for n in names if hasattr(LP, n))
@@ -64,37 +66,40 @@ class Scorer:
         self.batch_size, self.vocab_size = batch_size, None
         self.row_indexed = {id(p) for p in processors if _indexes_rows(p, batch_size)}
 
-    def __call__(self, logits: torch.Tensor, rows, outs, drafts: np.ndarray) -> torch.Tensor:
-        """Processed float32 scores [b, D+1, V] from raw logits [b, D+1, V] (which are left unchanged)."""
+    def __call__(self, logits: torch.Tensor, rows, outs, batch) -> torch.Tensor:
+        """Processed float32 scores [b, N+1, V] from raw logits [b, N+1, V] (left unchanged) of a `DraftBatch`'s
+        forward: column c is scored with the row's tokens and the drafts on the path to c as its prefix."""
         self.vocab_size = logits.shape[-1]
         scores = logits.float()
         if not (self.by_prefix or self.prefix_free):
             return scores
         scores = scores.clone() if scores.data_ptr() == logits.data_ptr() else scores
-        x = torch.from_numpy(drafts).to(scores.device)
-        for idx, at, head in _heads(rows, outs) if self.by_prefix else ():
-            for j in range(scores.shape[1]):
-                prefix = torch.cat([head, x[at, :j]], dim=1)
-                scores[at, j] = self._apply(self.by_prefix, prefix, scores[at, j], [rows.ids[i] for i in idx])
-        flat = scores.reshape(-1, scores.shape[-1])  # [b * (D+1), V]
+        heads = _heads(rows, outs) if self.by_prefix else None
+        for c in range(scores.shape[1]) if self.by_prefix else ():
+            for idx, at, prefix in _prefixes(heads, batch.paths(c), np.arange(len(rows.ids))):
+                scores[at, c] = self._apply(self.by_prefix, prefix, scores[at, c], [rows.ids[i] for i in idx])
+        flat = scores.reshape(-1, scores.shape[-1])  # [b * (N+1), V]
         for p in self.prefix_free:
-            flat = p(x.new_zeros((flat.shape[0], 1)), flat)
+            flat = p(flat.new_zeros((flat.shape[0], 1), dtype=torch.long), flat)
         return flat.reshape(scores.shape)
 
-    def cut(self, drafts: np.ndarray, lens: np.ndarray, rows, outs) -> np.ndarray:
-        """Draft lengths cut before the first draft token that a processor forbids from the prefix alone."""
-        d = drafts.shape[1]
-        if not self.forbidding or d == 0 or not lens.any():
-            return lens
-        x = torch.from_numpy(drafts).to(rows.prompts.device)
-        banned = torch.zeros(drafts.shape, dtype=torch.bool, device=x.device)
-        for idx, at, head in _heads(rows, outs):
-            for j in range(int(lens[idx].max())):
-                flat = head.new_zeros((len(idx), self.vocab_size), dtype=torch.float32)
-                probe = self._apply(self.forbidding, torch.cat([head, x[at, :j]], 1), flat, [rows.ids[i] for i in idx])
-                banned[at, j] = probe.gather(1, x[at, j:j + 1])[:, 0] <= torch.finfo(torch.float32).min
-        first = np.where(banned.any(1).cpu().numpy(), banned.int().argmax(1).cpu().numpy(), d)
-        return np.minimum(lens, first)
+    def cut(self, drafts: list, rows, outs, chain: bool) -> list:
+        """The drafts without the nodes a processor forbids from the prefix alone (and without their subtrees)."""
+        if not self.forbidding:
+            return drafts
+        batch = DraftBatch.pack(drafts, chain)
+        if not batch.sizes.any():
+            return drafts
+        heads = _heads(rows, outs)
+        banned = np.zeros(batch.tokens.shape, dtype=bool)
+        x = torch.from_numpy(batch.tokens).to(rows.prompts.device)
+        for j in range(batch.width):
+            paths = [p[:-1] for p in batch.paths(1 + j)]  # node j's prefix: the path to its parent
+            for idx, at, prefix in _prefixes(heads, paths, np.flatnonzero(batch.sizes > j)):
+                flat = prefix.new_zeros((len(idx), self.vocab_size), dtype=torch.float32)
+                probe = self._apply(self.forbidding, prefix, flat, [rows.ids[i] for i in idx])
+                banned[idx, j] = (probe.gather(1, x[at, j:j + 1])[:, 0] <= torch.finfo(torch.float32).min).cpu().numpy()
+        return [d if not banned[i].any() else d.prune(banned[i, : len(d)]) for i, d in enumerate(drafts)]
 
     def _apply(self, processors, input_ids, scores, row_ids: list) -> torch.Tensor:
         for p in processors:
@@ -105,19 +110,26 @@ class Scorer:
         return scores
 
 
-def _heads(rows, outs):
-    """Rows grouped by number of tokens generated so far: (positions, the same as a tensor, their sequences [n, L]).
+def _heads(rows, outs) -> list:
+    """Each row's sequence so far (its left-padded prompt, then its new tokens) as a 1-D tensor."""
+    device = rows.prompts.device
+    return [torch.cat([rows.prompts[i], torch.tensor(outs[rid], dtype=torch.long, device=device)])
+            for i, rid in enumerate(rows.ids)]
+
+
+def _prefixes(heads: list, paths: list, rows: np.ndarray):
+    """`rows` grouped by prefix length (head + path): (positions, the same as a tensor, their prefixes [n, L]).
 
     Rows of one group have sequences of equal length, so a group needs no padding that length-aware processors
     (min_new_tokens, ...) would miscount.
     """
-    counts = np.array([len(outs[rid]) for rid in rows.ids])
-    device = rows.prompts.device
-    for n in np.unique(counts):
-        idx = np.nonzero(counts == n)[0]
+    lengths = np.array([len(heads[i]) + len(paths[i]) for i in rows], dtype=np.int64)
+    device = heads[0].device if heads else "cpu"
+    for n in np.unique(lengths):
+        idx = rows[lengths == n]
         at = torch.from_numpy(idx).to(device)
-        new = torch.tensor([outs[rows.ids[i]] for i in idx], dtype=torch.long).reshape(len(idx), int(n))
-        yield idx, at, torch.cat([rows.prompts[at], new.to(device)], dim=1)
+        tails = [torch.as_tensor(np.asarray(paths[i], dtype=np.int64), device=device) for i in idx]
+        yield idx, at, torch.stack([torch.cat([heads[i], tail]) for i, tail in zip(idx, tails)])
 
 
 def _at_original_rows(processor, input_ids, scores, row_ids: list, batch_size: int) -> torch.Tensor:

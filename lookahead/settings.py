@@ -1,6 +1,7 @@
 """What lookahead adds to a generation call, checked once at the boundary, and what it refuses to do."""
 from __future__ import annotations
 
+import time
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -10,6 +11,8 @@ from transformers.generation.stopping_criteria import StopStringCriteria
 
 from . import _validate as V
 from .policy import CostCurve
+
+MAX_NGRAM = 64  # longest suffix an n-gram index matches: a 64-token match already copies with certainty
 
 DEFAULT_MAX_NEW_TOKENS = 128
 
@@ -25,6 +28,7 @@ class GenerationStats:
     accepted_tokens: int = 0
     new_tokens_by_row: list = field(default_factory=list)  # per batch row: its new tokens
     forwards_by_row: list = field(default_factory=list)  # per batch row: the forwards it took part in
+    seconds: dict = field(default_factory=dict)  # host wall clock per phase of the loop: draft, forward, accept, ...
 
     @property
     def tokens_per_forward(self) -> float:
@@ -41,59 +45,86 @@ class GenerationStats:
         self.forward_passes += 1
         self.row_forwards += rows
 
+    def clock(self) -> "Clock":
+        """A stopwatch adding host wall-clock seconds per phase of the loop to `seconds`."""
+        return Clock(self.seconds)
+
     def as_dict(self) -> dict:
         return {**asdict(self), "tokens_per_forward": self.tokens_per_forward, "acceptance_rate": self.acceptance_rate}
 
 
+class Clock:
+    """Host wall-clock seconds per phase, added up in a dict: `lap(phase)` charges the time since the last lap."""
+
+    def __init__(self, seconds: dict):
+        self.seconds, self.start = seconds, time.perf_counter()
+        self.last = self.start
+
+    def lap(self, phase: str) -> None:
+        now = time.perf_counter()
+        self.seconds[phase] = self.seconds.get(phase, 0.0) + now - self.last
+        self.last = now
+
+    def total(self) -> None:
+        self.seconds["total"] = self.seconds.get("total", 0.0) + time.perf_counter() - self.start
+
+
 @dataclass
 class Settings:
-    """Lookahead's own arguments of one call (see `lookahead.generate` for their meaning)."""
+    """Lookahead's own arguments of one call, checked (see `lookahead.generate` for their meaning)."""
 
     lookup: str = "ngram"
     max_ngram: int = 4
     min_ngram: int = 1
     num_draft_tokens: int = 10
     draft_cost: object = None  # None, a number, (overhead, per_token), a CostCurve or "auto"
+    draft: str = "chain"
+    max_draft_nodes: int = 32
+    memory: object = None  # a lookahead.Memory
     documents: list | None = None  # None, or per-row lists of 1-D int64 arrays
     generator: torch.Generator | int | None = None
     streamer: object = None
-    stream_prompt: bool = False  # put the prompt to the streamer (transformers does it itself for custom_generate)
     eos: tuple | None = None  # overrides the generation config's eos ids; () means none
-    draft: str = "chain"
-    max_draft_nodes: int = 32
-    background: list | None = None  # token arrays from a Memory, drafted from after the current request's own
     stats: GenerationStats = field(default_factory=GenerationStats)
 
 
-def make_settings(lookup="ngram", max_ngram=4, min_ngram=1, num_draft_tokens=10, draft_cost=None, documents=None,
-                  tokenizer=None, generator=None, streamer=None, **rest) -> Settings:
-    """Check lookahead's arguments and return them as `Settings`; raise TypeError/ValueError naming a bad one."""
-    V.check_lookup(lookup)
-    V.check_int("max_ngram", max_ngram, 1)
-    V.check_int("min_ngram", min_ngram, 1)
-    if min_ngram > max_ngram:
-        raise ValueError(f"min_ngram must be <= max_ngram, got min_ngram={min_ngram} > max_ngram={max_ngram}")
-    V.check_int("num_draft_tokens", num_draft_tokens, 0)
-    if draft_cost is not None and not _is_cost(draft_cost):
+# The options every entry point (generate, custom_generate, plugin, pipeline) takes, with their defaults.
+OPTIONS = {"lookup": "ngram", "max_ngram": 4, "min_ngram": 1, "num_draft_tokens": 10, "draft_cost": None,
+           "draft": "chain", "max_draft_nodes": 32, "memory": None, "documents": None, "tokenizer": None,
+           "generator": None, "streamer": None}
+MAX_DRAFT = 1024  # most draft tokens or tree nodes per row and step: more cannot pay for its verification
+
+
+def make_settings(*, tokenizer=None, eos=None, **options) -> Settings:
+    """Check lookahead's options (the names of `OPTIONS`) and return them as `Settings`.
+
+    Raises:
+        TypeError, ValueError: an unknown option, or a value of the wrong type or out of range, named.
+    """
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise TypeError(f"unknown lookahead option {unknown[0]!r}; expected one of {', '.join(sorted(OPTIONS))}")
+    o = {k: v for k, v in OPTIONS.items() if k != "tokenizer"} | options
+    V.check_lookup(o["lookup"])
+    V.check_int("max_ngram", o["max_ngram"], 1, MAX_NGRAM)
+    V.check_int("min_ngram", o["min_ngram"], 1, MAX_NGRAM)
+    if o["min_ngram"] > o["max_ngram"]:
+        raise ValueError(f"min_ngram must be <= max_ngram, got min_ngram={o['min_ngram']} > max_ngram={o['max_ngram']}")
+    V.check_int("num_draft_tokens", o["num_draft_tokens"], 0, MAX_DRAFT)
+    V.check_int("max_draft_nodes", o["max_draft_nodes"], 1, MAX_DRAFT)
+    if o["draft_cost"] is not None and not _is_cost(o["draft_cost"]):
         raise ValueError(f"draft_cost must be a number >= 0, a pair of them, a CostCurve, 'auto' or None, "
-                         f"got {draft_cost!r}")
-    if generator is not None and not isinstance(generator, torch.Generator):
-        V.check_int("generator", generator, 0)
-    docs = as_documents(documents, tokenizer)
-    return Settings(lookup, max_ngram, min_ngram, num_draft_tokens, draft_cost, docs, generator, streamer, **rest)
-
-
-def check_tree(draft: str, max_draft_nodes: int, lookup: str, model) -> dict:
-    """Check the draft shape arguments; return them as Settings fields."""
-    if draft not in ("chain", "tree"):
-        raise ValueError(f"draft must be 'chain' or 'tree', got {draft!r}")
-    V.check_int("max_draft_nodes", max_draft_nodes, 1)
-    if draft == "tree":
-        if lookup != "suffix":
-            raise ValueError(f"draft='tree' needs lookup='suffix' (an index that proposes trees), got lookup={lookup!r}")
-        if getattr(model.config, "is_encoder_decoder", False):
-            raise ValueError(f"draft='tree' needs a decoder-only model; {type(model).__name__} is an encoder-decoder")
-    return {"draft": draft, "max_draft_nodes": max_draft_nodes}
+                         f"got {o['draft_cost']!r}")
+    if o["draft"] not in ("chain", "tree"):
+        raise ValueError(f"draft must be 'chain' or 'tree', got {o['draft']!r}")
+    if o["draft"] == "tree" and o["lookup"] != "suffix":
+        raise ValueError(f"draft='tree' needs lookup='suffix' (an index that proposes trees), got lookup={o['lookup']!r}")
+    if o["memory"] is not None and not hasattr(o["memory"], "add_tokens"):
+        raise TypeError(f"memory must be a lookahead.Memory, got {type(o['memory']).__name__}")
+    if o["generator"] is not None and not isinstance(o["generator"], torch.Generator):
+        V.check_int("generator", o["generator"], 0, 2**64 - 1)
+    o["documents"] = as_documents(o["documents"], tokenizer)
+    return Settings(**o, eos=eos)
 
 
 def _is_cost(value) -> bool:

@@ -11,7 +11,7 @@ from models import repeated_prompt, tiny_model
 from test_generate import left_padded
 
 GPT2 = SHARED / "data" / "tokenizers" / "gpt2"
-G = importlib.import_module("lookahead.generate")
+G = importlib.import_module("lookahead.targets")
 
 
 @pytest.fixture(scope="module")
@@ -53,13 +53,52 @@ def test_custom_generate_samples_like_generate(model):
 
 
 def test_custom_generate_refuses_what_it_cannot_do(model):
+    """Beam search and bad lookahead options raise errors that name them."""
     ids = repeated_prompt(0, 20)[None]
     with pytest.raises(ValueError, match="num_beams=3 asks for beam search"):
         model.generate(ids, custom_generate=lookahead.custom_generate, num_beams=3, max_new_tokens=5)
-    with pytest.raises(ValueError, match="assistant_model: lookahead drafts from its n-gram index"):
-        model.generate(ids, custom_generate=lookahead.custom_generate, assistant_model=model, max_new_tokens=5)
     with pytest.raises(ValueError, match="max_ngram must be >= 1, got 0"):
         model.generate(ids, custom_generate=lookahead.custom_generate, max_ngram=0, max_new_tokens=5)
+
+
+def test_transformers_keeps_streamer_and_assistant_from_a_custom_loop(model):
+    """Pinned against transformers 5.23: a callable custom_generate receives neither `streamer=` nor
+    `assistant_model=` given to model.generate (nor `tokenizer=`), so lookahead takes them through `plugin(...)`."""
+    ids = repeated_prompt(0, 20)[None]
+    seen = {}
+
+    def spy(model, input_ids, logits_processor, stopping_criteria, generation_config, streamer=None,
+            assistant_model=None, tokenizer=None, **kwargs):
+        seen.update(streamer=streamer, assistant_model=assistant_model, tokenizer=tokenizer)
+        return input_ids
+
+    streamer = T.TextStreamer(object())
+    streamer.put = lambda value: None
+    model.generate(ids, custom_generate=spy, streamer=streamer, assistant_model=model, tokenizer=object(),
+                   max_new_tokens=3)
+    assert seen == {"streamer": None, "assistant_model": None, "tokenizer": None}, T.__version__
+
+
+def test_plugin_takes_every_option_generate_takes(model):
+    """plugin() binds the same options as lookahead.generate, memory and streamer included, and checks them."""
+    ids = repeated_prompt(0, 40)[None]
+    memory, chunks = lookahead.Memory(1000), []
+
+    class Streamer:
+        def put(self, value):
+            chunks.append(value.reshape(-1).tolist())
+
+        def end(self):
+            chunks.append(None)
+
+    out = model.generate(ids, custom_generate=lookahead.plugin(memory=memory, streamer=Streamer(), lookup="suffix",
+                                                              draft="tree"), max_new_tokens=20)
+    assert torch.equal(out, model.generate(ids, do_sample=False, max_new_tokens=20))
+    assert len(memory) == out.shape[1] and chunks[-1] is None and sum(chunks[:-1], []) == out[0].tolist()
+    with pytest.raises(TypeError, match="unknown lookahead option 'max_gram'"):
+        lookahead.plugin(max_gram=3)
+    with pytest.raises(TypeError, match="memory must be a lookahead.Memory, got int"):
+        lookahead.plugin(memory=1000)
 
 
 def test_return_dict_in_generate(model):
@@ -111,8 +150,8 @@ def test_documents_outside_the_vocabulary_are_refused(model):
 def test_text_generation_pipeline(gpt2_model, tokenizer, monkeypatch):
     """pipeline("text-generation") gives the same text through lookahead, by helper or by one generate argument."""
     verified = []
-    verify = G._CausalLM.verify
-    monkeypatch.setattr(G._CausalLM, "verify", lambda self, *a: verified.append(1) or verify(self, *a))
+    verify = G.CausalLM.verify
+    monkeypatch.setattr(G.CausalLM, "verify", lambda self, *a: verified.append(1) or verify(self, *a))
     text = "def add(a, b):\n    return a + b\n\ndef add(a, b):\n"
     plain = T.pipeline("text-generation", model=gpt2_model, tokenizer=tokenizer)
     expected = plain(text, max_new_tokens=30, do_sample=False)

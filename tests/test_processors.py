@@ -169,8 +169,7 @@ def test_text_iterator_streamer(model, tokenizer):
 
     ids = repeated_prompt(0, 40)[None]
     for call in (lambda s: generate(model, ids, max_new_tokens=40, streamer=s),
-                 lambda s: model.generate(ids, custom_generate=lookahead.custom_generate, max_new_tokens=40,
-                                          streamer=s)):
+                 lambda s: model.generate(ids, custom_generate=lookahead.plugin(streamer=s), max_new_tokens=40)):
         streamer = T.TextIteratorStreamer(tokenizer, skip_prompt=True)
         result = {}
         thread = threading.Thread(target=lambda: result.update(out=call(streamer)))

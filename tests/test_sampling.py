@@ -107,7 +107,7 @@ def resample_from_p(drafts, lens, probs, generator=None):
 def test_a_wrong_rule_is_caught(case, monkeypatch, rule):
     """The test has the power to see a broken acceptance rule."""
     model, prompt, probs = case
-    monkeypatch.setattr(importlib.import_module("lookahead.generate"), "sample_accept", rule)
+    monkeypatch.setattr(importlib.import_module("lookahead.verify.rules"), "sample_accept", rule)
     counts, _ = lookahead_samples(model, prompt)
     assert chi_square_pvalue(counts, probs) < 1e-6
 

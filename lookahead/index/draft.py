@@ -50,3 +50,16 @@ class Draft:
     def head(self, n: int) -> "Draft":
         """The first n nodes (a tree still: parents come before children)."""
         return Draft(self.tokens[:n], self.parents[:n], self.probs[:n], self.match_length)
+
+    def prune(self, banned: np.ndarray) -> "Draft":
+        """The draft without the `banned` nodes ([n] bool) and their descendants; a chain is cut at its first one.
+
+        >>> Draft(np.array([5, 6, 7]), np.array([-1, -1, 1]), np.ones(3)).prune(np.array([False, True, False])).tokens
+        array([5])
+        """
+        keep = ~np.asarray(banned, dtype=bool)
+        for j, parent in enumerate(self.parents):  # parents come first: a parent's fate is known
+            keep[j] &= parent < 0 or keep[parent]
+        index = np.cumsum(keep) - 1  # new index of each kept node
+        parents = np.where(self.parents[keep] < 0, -1, index[np.maximum(self.parents[keep], 0)])
+        return Draft(self.tokens[keep], parents.astype(np.int64), self.probs[keep], self.match_length)

@@ -1,0 +1,95 @@
+"""How much each row drafts per step: one interface (`draft`, `update`) over the chain and the tree policies.
+
+Chains ask each row's index for as many tokens as the learned acceptance of its match pays for (`DraftLength`).
+Trees ask for the whole node budget, then keep the best-first nodes that pay for their verification judged by the
+index's node probabilities as calibrated online (`TreeCalibration`), and never fewer than hold the chain
+`DraftLength` would draft (the tree's first path), so that a tree step never does worse than a chain step.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .index.draft import Draft
+from .policy import DraftLength, TreeCalibration, row_cost
+from .verify import tree as T
+
+
+def make_sizing(draft: str, num_draft_tokens: int, max_draft_nodes: int, cost):
+    """The sizing policy of a call: `ChainSizing` or `TreeSizing` (draft="tree")."""
+    if draft == "tree":
+        return TreeSizing(max_draft_nodes, num_draft_tokens, cost)
+    return ChainSizing(num_draft_tokens, cost)
+
+
+def _matches(indexes: list) -> np.ndarray:
+    return np.fromiter((0 if ix is None else ix.match_length for ix in indexes), dtype=np.int64, count=len(indexes))
+
+
+class ChainSizing:
+    """One continuation per row, as long as its match's learned acceptance pays for.
+
+    Args:
+        max_tokens: most draft tokens per row and step.
+        cost: the verification cost model (`lookahead.policy`).
+    """
+
+    chain = True
+
+    def __init__(self, max_tokens: int, cost):
+        self.length = DraftLength(max_tokens, cost)
+
+    def draft(self, indexes: list, rooms: np.ndarray) -> list:
+        """Each row's `Draft`; `rooms` [b] caps a row's draft at the tokens it may still generate minus one."""
+        matches = _matches(indexes)
+        budgets = np.minimum(self.length.choose(matches), rooms)
+        return [Draft.chain(ix.propose(int(n)), m) if n > 0 else Draft.empty(m)
+                for ix, n, m in zip(indexes, budgets, matches)]
+
+    def update(self, batch, verdict) -> None:
+        """Learn from a verified step: how much of each row's draft was accepted."""
+        matches = np.fromiter((d.match_length for d in batch.drafts), dtype=np.int64, count=len(batch.drafts))
+        self.length.update(matches, batch.sizes, verdict.counts)
+
+
+class TreeSizing:
+    """A tree per row, cut to the size that pays for its verification, never below the chain's first path.
+
+    Args:
+        max_nodes: most tree nodes per row and step.
+        max_tokens: most tokens of the chain floor (`DraftLength`).
+        cost: the verification cost model (`lookahead.policy`).
+    """
+
+    chain = False
+
+    def __init__(self, max_nodes: int, max_tokens: int, cost):
+        self.max_nodes, self.cost = max_nodes, cost
+        self.length = DraftLength(max_tokens, cost)
+        self.calibration = TreeCalibration()
+
+    def draft(self, indexes: list, rooms: np.ndarray) -> list:
+        """Each row's `Draft` (a tree; `Draft.empty` where a row has no index); `rooms` [b] caps its nodes."""
+        cost = row_cost(self.cost, len(indexes))
+        drafts = []
+        for ix, room, k in zip(indexes, rooms, self.length.choose(_matches(indexes))):
+            if ix is None:
+                drafts.append(Draft.empty())
+                continue
+            tree = ix.propose_tree(max(min(self.max_nodes, int(room)), 0))
+            chain = T.first_path(tree.parents, int(k))
+            keep = max(T.best_size(self.calibration(tree.probs), cost), chain[-1] + 1 if chain else 0)
+            drafts.append(tree.head(keep))
+        return drafts
+
+    def update(self, batch, verdict) -> None:
+        """Calibrate the node probabilities against the accepted paths; teach the chain floor how far it went."""
+        matches = np.fromiter((d.match_length for d in batch.drafts), dtype=np.int64, count=len(batch.drafts))
+        chains = [T.first_path(d.parents, int(k)) for d, k in zip(batch.drafts, self.length.choose(matches))]
+        for d, path in zip(batch.drafts, verdict.paths):
+            on_path = np.zeros(len(d), dtype=bool)
+            on_path[path] = True
+            self.calibration.update(d.probs, on_path)
+        followed = [next((j for j, (a, b) in enumerate(zip(c, p)) if a != b), min(len(c), len(p)))
+                    for c, p in zip(chains, verdict.paths)]  # accepted tokens of each chain
+        self.length.update(matches, np.array([len(c) for c in chains], dtype=np.int64),
+                           np.array(followed, dtype=np.int64))

@@ -1,0 +1,254 @@
+"""`cache_implementation="static"`: a preallocated KV cache written by position, and CUDA graphs over the step.
+
+Each row owns a run of slots: its left-padded prompt, then the tokens it committed. A verification forward writes
+its [last token, draft nodes] at the row's next slots; a rejected draft is simply overwritten by the next step, so a
+rollback copies nothing (for trees, the accepted path is packed behind the committed slots with one gather). The
+attention mask is built on the device from three step inputs: each row's next slot, its positions and the tree's
+ancestry, so every step has the same shapes. Query widths are padded up to a few sizes (1, 2, 4, ..., 64): on CUDA
+each (batch, width) is captured once as a CUDA graph and replayed, so a step costs one host-to-device copy, one graph
+launch and one device-to-host copy of the argmax (reference: gpt-fast's static cache; vLLM's captured sizes).
+Rows that finish stay in the batch (their outputs are ignored) so that shapes never change.
+"""
+from __future__ import annotations
+
+import inspect
+import logging
+import weakref
+
+import numpy as np
+import torch
+from transformers.cache_utils import Cache, CacheLayerMixin
+
+logger = logging.getLogger(__name__)
+WIDTHS = (1, 2, 4, 8, 16, 32, 64)  # query widths a step is padded to (one CUDA graph each)
+_STATES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> {(batch, slots, dtype): _State}
+
+
+class SlotLayer(CacheLayerMixin):
+    """One layer's keys and values, views into the cache's one buffer; `update` writes at the cache's `writes`."""
+
+    is_compileable = True
+
+    def __init__(self, cache: "SlotCache", index: int):
+        super().__init__()
+        self.cache, self.index = cache, index
+        self.keys, self.values = cache.kv[0, index], cache.kv[1, index]
+        self.is_initialized = True
+
+    def lazy_initialization(self, key_states, value_states) -> None:
+        pass
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs) -> tuple:
+        rows, slots = self.cache.rows, self.cache.writes  # [b, 1], [b, Q]
+        self.keys[rows, :, slots] = key_states.transpose(1, 2)  # [b, Q, H, d] into slot order
+        self.values[rows, :, slots] = value_states.transpose(1, 2)
+        return self.keys, self.values
+
+    def get_mask_sizes(self, query_length: int) -> tuple:
+        return self.cache.slots, 0
+
+    def get_seq_length(self) -> int:
+        return 0  # positions and the mask come from the caller, never from the cache length
+
+    def get_max_length(self) -> int:
+        return self.cache.slots
+
+
+class SlotCache(Cache):
+    """Keys and values of every layer in one buffer [2, layers, b, heads, slots, head_dim].
+
+    `writes` [b, Q] (a device tensor the caller fills before each forward) says where each query's keys go.
+    """
+
+    def __init__(self, config, batch: int, slots: int, dtype: torch.dtype, device):
+        text = config.get_text_config(decoder=True)
+        heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
+        head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+        self.slots = slots
+        self.kv = torch.zeros((2, text.num_hidden_layers, batch, heads, slots, head_dim), dtype=dtype, device=device)
+        self.rows = torch.arange(batch, device=device)[:, None]
+        self.writes = torch.zeros((batch, 1), dtype=torch.long, device=device)
+        super().__init__(layers=[SlotLayer(self, i) for i in range(text.num_hidden_layers)])
+
+    def move(self, src: torch.Tensor, dst: torch.Tensor) -> None:
+        """Copy every layer's slots `src` [b, W] to `dst` [b, W] (all read before any is written)."""
+        moved = self.kv[:, :, self.rows, :, src]  # [b, W, 2, layers, heads, d]
+        self.kv[:, :, self.rows, :, dst] = moved
+
+
+def check_static(model, slots: int) -> None:
+    """Raise ValueError where the static cache cannot hold the model's attention exactly."""
+    config = model.config.get_text_config(decoder=True)
+    window = getattr(config, "sliding_window", None)
+    if isinstance(window, int) and window < slots:
+        raise ValueError(f"cache_implementation='static' needs full attention; {type(model).__name__} attends to a "
+                         f"sliding window of {window} tokens, less than the {slots} this call may hold: leave "
+                         f"cache_implementation unset")
+    if getattr(model.config, "is_encoder_decoder", False):
+        raise ValueError("cache_implementation='static' needs a decoder-only model; leave cache_implementation unset "
+                         f"for {type(model).__name__}")
+
+
+class _State:
+    """What outlives a call for one (model, batch, slots, dtype): the cache, the step buffers and the CUDA graphs."""
+
+    def __init__(self, model, batch: int, slots: int):
+        device = model.device
+        self.cache = SlotCache(model.config, batch, slots, model.dtype, device)
+        self.prompt_valid = torch.zeros((batch, slots), dtype=torch.bool, device=device)
+        self.start = torch.zeros((), dtype=torch.long, device=device)  # first slot after the prompts
+        self.inputs, self.outputs, self.graphs = {}, {}, {}
+        self.pool = None
+
+
+class StaticCausalLM:
+    """A decoder-only model over a `SlotCache`; the loop's protocol (sources, prefill, verify, commit, keep).
+
+    Args:
+        model: an `AutoModelForCausalLM` without sliding-window attention.
+        input_ids, mask: [b, P] left-padded prompts and their mask.
+        max_new: most new tokens per row.
+        max_width: most draft tokens or nodes per row and step.
+        graphs: capture and replay CUDA graphs (CUDA only).
+    """
+
+    def __init__(self, model, input_ids: torch.Tensor, mask: torch.Tensor, max_new: int, max_width: int,
+                 graphs: bool):
+        b, p = input_ids.shape
+        self.widths = [w for w in WIDTHS if w < max_width + 1] + [_bucket(max_width + 1)]
+        slots = -(-(p + max_new + self.widths[-1]) // 256) * 256  # rounded, so that later calls reuse the state
+        check_static(model, slots)
+        self.model, self.input_ids, self.mask, self.p = model, input_ids, mask, p
+        self.graphs = graphs and model.device.type == "cuda"
+        key = (b, slots, model.dtype)
+        self.state = _STATES.setdefault(model, {}).get(key) or _STATES[model].setdefault(key, _State(model, b, slots))
+        self.pos = mask.sum(-1).cpu().numpy()  # [b] position id of each row's next token
+        self.write = np.full(b, p, dtype=np.int64)  # [b] each row's next slot
+        self.active = np.arange(b)  # rows of the call still running, in the loop's order
+        self.host = {}  # width -> pinned host copy of the step inputs
+
+    def sources(self) -> list:
+        return [ids[m.bool()] for ids, m in zip(self.input_ids, self.mask)]
+
+    def prefill(self, stats) -> torch.Tensor:
+        """Logits [b, 1, V] after each prompt; the prompts' keys and values fill slots 0..P-1."""
+        state, p, dev = self.state, self.p, self.model.device
+        valid = self.mask.bool()
+        state.prompt_valid.zero_()
+        state.prompt_valid[:, :p] = valid
+        state.start.fill_(p)
+        s = torch.arange(state.cache.slots, device=dev)
+        q = torch.arange(p, device=dev)[:, None]
+        allowed = (s[None, None, :] <= q) & torch.cat([valid, state.prompt_valid[:, p:]], 1)[:, None, :]
+        allowed |= s[None, None, :] == q  # a padding query sees itself, so that no row is all -inf
+        state.cache.writes = q.T.expand(len(valid), -1)
+        positions = (self.mask.cumsum(-1) - 1).masked_fill(self.mask == 0, 1)
+        trim = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(self.model.forward).parameters else {}
+        logits = self.model(input_ids=self.input_ids, attention_mask=_additive(allowed, self.model.dtype),
+                            position_ids=positions, past_key_values=state.cache, use_cache=True,
+                            cache_position=torch.arange(p, device=dev), **trim).logits
+        stats.add_forward(len(self.active))
+        return logits[:, -1:]
+
+    def verify(self, last: np.ndarray, batch, stats) -> torch.Tensor:
+        """One forward over [last token, draft nodes] of the running rows; logits [b, N+1, V]."""
+        n = batch.width + 1
+        width = next(w for w in self.widths if w >= n)
+        host = self._host(width)
+        host[:] = 0
+        rows = self.active
+        host[rows, 0] = last
+        host[rows, 1:n] = batch.tokens
+        depth = np.broadcast_to(np.arange(n), (len(rows), n)) if batch.chain else batch.ancestry[1]
+        host[:, width:2 * width] = self.pos[:, None] + np.arange(width)[None, :]
+        host[rows, width:width + n] = self.pos[rows, None] + depth
+        host[:, 2 * width] = self.write
+        anc = host[:, 2 * width + 1:].reshape(-1, width, width)
+        anc[:] = np.eye(width, dtype=np.int64)
+        anc[rows, :n, :n] = np.tril(np.ones((n, n), dtype=np.int64)) if batch.chain else batch.ancestry[0]
+        logits = self._run(width)
+        stats.add_forward(len(rows))
+        return logits[torch.from_numpy(rows).to(logits.device), :n]
+
+    def commit(self, batch, verdict) -> None:
+        """Advance each running row past its last token and accepted drafts (trees: packed behind it first)."""
+        rows = self.active
+        if verdict.paths is not None:
+            cols = verdict.columns()  # [b, W] root then accepted nodes
+            src = np.repeat(self.write[:, None], cols.shape[1], 1)
+            dst = src.copy()
+            src[rows] += cols
+            dst[rows] += np.arange(cols.shape[1])[None, :]
+            dev = self.model.device
+            self.state.cache.move(torch.from_numpy(src).to(dev), torch.from_numpy(dst).to(dev))
+        self.write[rows] += verdict.counts + 1
+        self.pos[rows] += verdict.counts + 1
+
+    def keep(self, rows: list) -> None:
+        """Keep running only the loop's rows `rows` (the others stay in the batch, ignored)."""
+        self.active = self.active[rows]
+
+    def _host(self, width: int) -> np.ndarray:
+        """The pinned host buffer of a step's inputs (a numpy view [b, 2 * width + 1 + width**2]): tokens, positions,
+        the next slot, the ancestry."""
+        if width not in self.host:
+            b = len(self.write)
+            buf = torch.zeros((b, 2 * width + 1 + width * width), dtype=torch.long)
+            self.host[width] = buf.pin_memory() if self.graphs else buf
+        return self.host[width].numpy()
+
+    def _run(self, width: int) -> torch.Tensor:
+        """Copy the step inputs to the device and run the step of `width` (a CUDA graph once captured)."""
+        state = self.state
+        if width not in state.inputs:
+            state.inputs[width] = torch.zeros_like(self.host[width], device=self.model.device)
+        state.inputs[width].copy_(self.host[width], non_blocking=True)
+        if not self.graphs:
+            return self._step(width)
+        if width not in state.graphs:
+            self._capture(width)
+        state.graphs[width].replay()
+        return state.outputs[width]
+
+    def _step(self, width: int) -> torch.Tensor:
+        """The forward of a step from its input buffer: tokens, positions, next slots, ancestry -> logits."""
+        state = self.state
+        inputs = state.inputs[width]
+        tokens, positions, write = inputs[:, :width], inputs[:, width:2 * width], inputs[:, 2 * width]
+        anc = inputs[:, 2 * width + 1:].view(-1, width, width).bool()  # [b, Q, Q] query q sees step column c
+        s = torch.arange(state.cache.slots, device=inputs.device)
+        committed = state.prompt_valid | ((s[None, :] >= state.start) & (s[None, :] < write[:, None]))  # [b, S]
+        offset = s[None, None, :] - write[:, None, None]  # [b, 1, S] step column of each slot
+        in_step = (offset >= 0) & (offset < width)
+        sees = anc.gather(2, offset.clamp(0, width - 1).expand(-1, width, -1))  # [b, Q, S]
+        allowed = committed[:, None, :] & ~in_step | in_step & sees
+        state.cache.writes = write[:, None] + torch.arange(width, device=inputs.device)[None, :]
+        return self.model(input_ids=tokens, attention_mask=_additive(allowed, self.model.dtype), position_ids=positions,
+                          past_key_values=state.cache, use_cache=True,
+                          cache_position=torch.arange(width, device=inputs.device)).logits
+
+    def _capture(self, width: int) -> None:
+        """Warm the step of `width` up on a side stream, then capture it as a CUDA graph (gpt-fast, vLLM)."""
+        state = self.state
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            self._step(width)  # writes only slots no row has committed yet
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=state.pool):
+            state.outputs[width] = self._step(width)
+        state.pool = graph.pool()
+        state.graphs[width] = graph
+
+
+def _bucket(n: int) -> int:
+    """The smallest width of WIDTHS (or power of two beyond) that holds n query tokens."""
+    return next((w for w in WIDTHS if w >= n), 1 << (n - 1).bit_length())
+
+
+def _additive(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """[b, Q, S] bool -> the additive 4D mask [b, 1, Q, S] attention layers take."""
+    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill_(
+        ~allowed, torch.finfo(dtype).min)[:, None]
+

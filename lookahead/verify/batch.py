@@ -1,0 +1,91 @@
+"""A step's drafts packed for one forward (`DraftBatch`), and what the target accepted of them (`Verdict`).
+
+Column 0 of a verification forward is each row's last token (the root), column 1 + j is draft node j. A chain is the
+tree whose parents are i - 1: the model wrapper and the acceptance rules take faster paths for it (a causal step
+mask, a cache cut instead of a gather, a cumulative product instead of a walk), nothing else tells them apart.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from . import tree as T
+
+
+@dataclass
+class DraftBatch:
+    """Per-row drafts padded to one width.
+
+    Attributes:
+        drafts: the rows' `lookahead.index.Draft`s.
+        tokens: [b, N] int64 draft tokens (0 past a row's size).
+        parents: [b, N] int64 parent of each node (-1: a child of the root; padding hangs from the root).
+        sizes: [b] int64 real nodes per row.
+        chain: every draft is a chain (parents i - 1), verified with a causal mask.
+    """
+
+    drafts: list
+    tokens: np.ndarray
+    parents: np.ndarray
+    sizes: np.ndarray
+    chain: bool
+
+    @classmethod
+    def pack(cls, drafts: list, chain: bool) -> "DraftBatch":
+        sizes = np.fromiter((len(d) for d in drafts), dtype=np.int64, count=len(drafts))
+        n = int(sizes.max(initial=0))
+        tokens = np.zeros((len(drafts), n), dtype=np.int64)
+        parents = np.full((len(drafts), n), -1, dtype=np.int64)
+        for i, d in enumerate(drafts):
+            tokens[i, : len(d)], parents[i, : len(d)] = d.tokens, d.parents
+        if chain and n:
+            parents[:] = np.arange(n) - 1
+        return cls(drafts, tokens, parents, sizes, chain)
+
+    @property
+    def width(self) -> int:
+        """Draft columns N (the forward verifies N + 1)."""
+        return self.tokens.shape[1]
+
+    @cached_property
+    def ancestry(self) -> tuple:
+        """(seen [b, N+1, N+1] ancestor-or-self of each column, depth [b, N+1])."""
+        return T.ancestry(self.parents)
+
+    def paths(self, column: int) -> list:
+        """Per row, the draft tokens from the root down to `column` (its prefix inside the step)."""
+        if self.chain:
+            return list(self.tokens[:, :column])
+        seen = self.ancestry[0]
+        return [self.tokens[i, seen[i, column, 1:]] for i in range(len(self.drafts))]
+
+
+@dataclass
+class Verdict:
+    """What the target accepted of a `DraftBatch`.
+
+    Attributes:
+        counts: [b] accepted draft tokens per row.
+        bonus: [b] the target's own next token after them.
+        paths: per row the accepted node indices, root to leaf; None for chains (the first counts[i] nodes).
+    """
+
+    counts: np.ndarray
+    bonus: np.ndarray
+    paths: list | None = None
+
+    @classmethod
+    def of_paths(cls, paths: list, bonus: np.ndarray) -> "Verdict":
+        return cls(np.fromiter(map(len, paths), dtype=np.int64, count=len(paths)), bonus, paths)
+
+    def gained(self, batch: DraftBatch) -> list:
+        """Each row's new tokens: its accepted drafts, then the bonus token."""
+        if self.paths is None:
+            return [[*batch.tokens[i, :a].tolist(), int(t)] for i, (a, t) in enumerate(zip(self.counts, self.bonus))]
+        return [[*batch.tokens[i, p].tolist(), int(t)] for i, (p, t) in enumerate(zip(self.paths, self.bonus))]
+
+    def columns(self) -> np.ndarray | None:
+        """[b, W] forward columns along each row's accepted path (root first); None for chains (columns 0..W-1)."""
+        return None if self.paths is None else T.path_slots(self.paths)

@@ -1,0 +1,97 @@
+"""cache_implementation="static": the slot cache gives greedy's exact tokens, chains and trees, batches and padding."""
+import pytest
+import torch
+import transformers as T
+
+from lookahead import generate
+from lookahead.static import WIDTHS, SlotCache
+from models import CONFIGS, repeated_prompt, tiny_model
+from test_generate import left_padded
+
+
+@pytest.mark.parametrize("arch", sorted(CONFIGS))
+@pytest.mark.parametrize("draft", ["chain", "tree"])
+def test_static_matches_greedy(arch, draft):
+    """Batch of one and a left-padded batch of three give model.generate's tokens, as the dynamic cache does."""
+    model = tiny_model(arch)
+    kwargs = dict(lookup="suffix", draft=draft, cache_implementation="static", draft_cost=0.0)
+    ids = repeated_prompt(0, 40)[None]
+    expected = model.generate(ids, do_sample=False, max_new_tokens=48)
+    assert torch.equal(generate(model, ids, max_new_tokens=48, **kwargs), expected)
+    batch, mask = left_padded([30, 17, 41])
+    expected = model.generate(batch, attention_mask=mask, do_sample=False, max_new_tokens=32)
+    assert torch.equal(generate(model, batch, attention_mask=mask, max_new_tokens=32, **kwargs), expected)
+
+
+@pytest.mark.parametrize("kwargs", [dict(), dict(lookup="suffix"), dict(lookup="suffix", draft="tree"),
+                                    dict(lookup="suffix", draft="tree", draft_cost=0.0, max_draft_nodes=40),
+                                    dict(lookup="suffix", draft="tree", no_repeat_ngram_size=4)])
+def test_static_on_the_pretrained_model_accepts_what_the_dynamic_cache_accepts(stories_model, kwargs):
+    """Real text with long accepted drafts: the same tokens as model.generate and the same forwards as the dynamic
+    cache (a rejected draft is overwritten, an accepted tree path is packed)."""
+    story = stories_model.generate(torch.tensor([[1]]), do_sample=False, max_new_tokens=80)
+    prompt = torch.cat([story, story[:, 1:30]], dim=1)
+    batch = torch.cat([prompt, torch.cat([torch.zeros(1, 12, dtype=torch.long), prompt[:, :-12]], 1)])
+    mask = torch.ones_like(batch)
+    mask[1, :12] = 0
+    hf = {k: v for k, v in kwargs.items() if k == "no_repeat_ngram_size"}
+    expected = stories_model.generate(batch, attention_mask=mask, do_sample=False, max_new_tokens=100, **hf)
+    dynamic, stats = generate(stories_model, batch, attention_mask=mask, max_new_tokens=100, return_stats=True,
+                              **kwargs)
+    static, static_stats = generate(stories_model, batch, attention_mask=mask, max_new_tokens=100, return_stats=True,
+                                    cache_implementation="static", **kwargs)
+    assert torch.equal(dynamic, expected) and torch.equal(static, expected)
+    assert static_stats.forward_passes == stats.forward_passes and stats.tokens_per_forward > 1.2
+
+
+def test_static_samples_as_the_dynamic_cache_does(stories_model):
+    """With one seed, sampling through the static cache draws the same tokens as through the dynamic one."""
+    ids = stories_model.generate(torch.tensor([[1]]), do_sample=False, max_new_tokens=60)
+    kwargs = dict(do_sample=True, temperature=0.8, generator=3, max_new_tokens=40, lookup="suffix", draft="tree")
+    assert torch.equal(generate(stories_model, ids, cache_implementation="static", **kwargs),
+                       generate(stories_model, ids, **kwargs))
+
+
+def test_the_cache_is_reused_across_calls_of_other_lengths():
+    """A later call with another prompt length reuses the preallocated cache and is still exact."""
+    model = tiny_model("llama")
+    from lookahead.static import _STATES
+
+    for length in (30, 45, 22):
+        ids = repeated_prompt(length, length)[None]
+        expected = model.generate(ids, do_sample=False, max_new_tokens=20)
+        assert torch.equal(generate(model, ids, max_new_tokens=20, cache_implementation="static"), expected)
+    assert len(_STATES[model]) == 1
+
+
+def test_slot_cache_writes_each_row_at_its_own_slots():
+    """update() writes every row's keys at that row's slots and returns the whole buffers."""
+    config = T.LlamaConfig(hidden_size=8, num_attention_heads=2, num_key_value_heads=1, num_hidden_layers=1)
+    cache = SlotCache(config, batch=2, slots=6, dtype=torch.float32, device="cpu")
+    cache.writes = torch.tensor([[1, 2], [4, 5]])
+    keys = torch.arange(2 * 2 * 4, dtype=torch.float32).reshape(2, 1, 2, 4)
+    out, _ = cache.update(keys, keys, 0)
+    assert out.shape == (2, 1, 6, 4)
+    assert torch.equal(out[0, 0, 1:3], keys[0, 0]) and torch.equal(out[1, 0, 4:6], keys[1, 0])
+    assert out[0, 0, [0, 3, 4, 5]].abs().sum() == 0
+    cache.move(torch.tensor([[4, 5], [4, 5]]), torch.tensor([[0, 1], [0, 1]]))
+    assert torch.equal(cache.layers[0].keys[1, 0, :2], keys[1, 0]) and cache.layers[0].keys[0, 0, :2].abs().sum() == 0
+
+
+def test_widths_are_the_captured_sizes():
+    """Steps are padded to a few widths, so that few CUDA graphs serve every draft size."""
+    assert WIDTHS == (1, 2, 4, 8, 16, 32, 64)
+
+
+def test_static_refuses_what_it_cannot_hold():
+    """Encoder-decoders and sliding windows narrower than the call are refused, naming cache_implementation."""
+    bart = T.BartForConditionalGeneration(T.BartConfig(vocab_size=96, d_model=16, encoder_layers=1, decoder_layers=1,
+                                                       encoder_attention_heads=2, decoder_attention_heads=2,
+                                                       encoder_ffn_dim=16, decoder_ffn_dim=16)).eval()
+    with pytest.raises(ValueError, match="cache_implementation='static' needs a decoder-only model"):
+        generate(bart, torch.tensor([[5, 6, 7]]), max_new_tokens=4, cache_implementation="static")
+    config = T.MistralConfig(vocab_size=96, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                             num_attention_heads=2, num_key_value_heads=1, sliding_window=64)
+    mistral = T.MistralForCausalLM(config).eval()
+    with pytest.raises(ValueError, match="sliding window of 64 tokens"):
+        generate(mistral, torch.tensor([[5, 6, 7]]), max_new_tokens=100, cache_implementation="static")

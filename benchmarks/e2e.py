@@ -39,7 +39,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--shape", default="gpt2-small", choices=list(e2e.SHAPES))
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--dtype", default="fp32", choices=list(e2e.DTYPES))
-    parser.add_argument("--limit", type=positive_int, default=8, help="prompts per dataset (at least the largest batch)")
+    parser.add_argument("--limit", type=positive_int, default=8,
+                        help="prompts per dataset (at least the largest batch)")
     parser.add_argument("--batch", type=positive_int, nargs="+", default=[1], help="batch sizes; 1 is always run")
     parser.add_argument("--max-prompt", type=positive_int, default=1024)
     parser.add_argument("--max-new", type=positive_int, default=160)

@@ -263,7 +263,7 @@ def export_jsonl(traces: list[Trace], path: Path) -> None:
 
 
 def main(argv=None) -> None:
-    """``python benchmarks/traces.py --export DIR``: one JSONL file of token ids per dataset, for ``lookahead bench``."""
+    """``python benchmarks/traces.py --export DIR``: one JSONL file of token ids per dataset (``lookahead bench``)."""
     import argparse
 
     parser = argparse.ArgumentParser(description=main.__doc__)

@@ -46,7 +46,8 @@ def _traces_parser(p) -> None:
                    help="cost of a --cost-tokens-token forward relative to a 1-token one (default 1.1, a GPU at "
                         "batch 1; `bench e2e` measures it); linear in between and beyond")
     p.add_argument("--cost-tokens", type=int_at_least(2), default=DEFAULT_COST_TOKENS,
-                   help=f"forward size the cost ratio refers to (default {DEFAULT_COST_TOKENS}: last token + 10 drafts)")
+                   help=f"forward size the cost ratio refers to (default {DEFAULT_COST_TOKENS}: last token + 10 "
+                        "drafts)")
     p.add_argument("--hf-exact", action="store_true", help="call transformers' get_candidates (slow on long contexts)")
     p.set_defaults(func=run_traces)
 
@@ -65,7 +66,8 @@ def _e2e_parser(p) -> None:
     p.add_argument("--methods", nargs="+", type=method_name, default=list(E2E_DEFAULT), metavar="METHOD",
                    help=f"methods that generate (lookahead.bench.methods; default {' '.join(E2E_DEFAULT)})")
     p.add_argument("--batch", type=positive_int, nargs="+", default=[1], help="batch sizes (default 1), e.g. 1 4 16")
-    p.add_argument("--prompts", type=positive_int, default=4, help="prompts per batch size (at least the largest batch)")
+    p.add_argument("--prompts", type=positive_int, default=4,
+                   help="prompts per batch size (at least the largest batch)")
     p.add_argument("--max-prompt", type=positive_int, default=2048, help="skip traces with longer prompts (tokens)")
     p.add_argument("--max-new", type=positive_int, default=128, help="new tokens per prompt (default 128)")
     p.add_argument("--repeats", type=positive_int, default=1,
@@ -81,8 +83,10 @@ def _index_parser(p) -> None:
 
     _source_args(p)
     p.add_argument("--sizes", type=positive_int, nargs="+", default=list(SIZES), help="tokens held (default 1k to 1M)")
-    p.add_argument("--steps", type=positive_int, default=500, help="timed steps per size (HF prompt lookup: at most 100)")
-    p.add_argument("--torch-threads", type=positive_int, default=1, help="torch threads for HF prompt lookup (default 1)")
+    p.add_argument("--steps", type=positive_int, default=500,
+                   help="timed steps per size (HF prompt lookup: at most 100)")
+    p.add_argument("--torch-threads", type=positive_int, default=1,
+                   help="torch threads for HF prompt lookup (default 1)")
     p.set_defaults(func=run_index)
 
 

@@ -302,8 +302,8 @@ def markdown(timings: list) -> str:
         hf = f"{over_hf:.2f}x" if over_hf is not None and t.method != HF_LOOKUP else "—"
         same = "yes" if not t.mismatches else f"NO ({t.mismatches} rows)"
         lines.append(f"| {t.dataset} | {t.batch} | {t.method} | {t.tokens} | {t.tokens_per_second:.1f} | "
-                     f"{t.forwards} | {t.tokens / max(t.forwards, 1):.2f} | {over_greedy:.2f}x | {decode:.2f}x | {hf} | "
-                     f"{same} |")
+                     f"{t.forwards} | {t.tokens / max(t.forwards, 1):.2f} | {over_greedy:.2f}x | {decode:.2f}x | "
+                     f"{hf} | {same} |")
     return "\n".join(lines)
 
 

@@ -37,6 +37,7 @@ class HostRow:
     steps: int
     tokens: int
     mismatches: int
+    phases: dict              # lookahead's host ms per step by phase (median round; empty for transformers)
     ratio: float = float("nan")  # median host time over hf-greedy's at the same batch size
 
 
@@ -69,20 +70,25 @@ def run_host(model, traces: list, eos: int, batches=(1, 8, 16), prompts_at_1: in
 def _row(batch: int, method: str, runs: list) -> HostRow:
     host = [1e3 * (s.decode_seconds - s.forward_seconds) / max(s.steps, 1) for s in runs]
     median = runs[int(np.argsort(host)[len(host) // 2])]
-    return HostRow(batch, method, spread(host), 1e3 * median.forward_seconds / max(median.steps, 1), median.steps,
-                   median.tokens, sum(s.mismatches for s in runs))
+    steps = max(median.steps, 1)
+    phases = {k: 1e3 * median.phases.get(k, 0.0) / steps for k in ("draft", "accept", "commit") if median.phases}
+    return HostRow(batch, method, spread(host), 1e3 * median.forward_seconds / steps, median.steps, median.tokens,
+                   sum(s.mismatches for s in runs), phases)
 
 
 def markdown(rows: list) -> str:
     """One row per (batch, method): host ms per step (median, min-max), the ratio to transformers' greedy, the
-    target where the issue sets one, the forward's ms per step and tokens per step."""
-    lines = ["| batch | method | host ms/step (min-max) | vs hf-greedy host | target (batch 1) | forward ms/step | "
-             "steps | tokens/step | same as recorded |", "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+    target where the issue sets one, lookahead's own split of its host time (``GenerationStats.seconds``, when
+    reported), the forward's ms per step and tokens per step."""
+    lines = ["| batch | method | host ms/step (min-max) | vs hf-greedy host | target (batch 1) | of which draft | "
+             "accept | commit | forward ms/step | steps | tokens/step | same as recorded |",
+             "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     for r in rows:
         med, lo, hi = r.host_ms
         goal = TARGETS.get(r.method) if r.batch == 1 else None
         target = "—" if goal is None else f"<= {goal:.2f}x {'✓' if r.ratio <= goal else '✗'}"
+        phases = " | ".join(f"{r.phases[k]:.3f}" if k in r.phases else "—" for k in ("draft", "accept", "commit"))
         lines.append(f"| {r.batch} | {r.method} | {med:.3f} ({lo:.3f}-{hi:.3f}) | {r.ratio:.2f}x | {target} | "
-                     f"{r.forward_ms:.3f} | {r.steps} | {r.tokens / max(r.steps + 1, 1):.2f} | "
+                     f"{phases} | {r.forward_ms:.3f} | {r.steps} | {r.tokens / max(r.steps + 1, 1):.2f} | "
                      f"{'yes' if not r.mismatches else f'NO ({r.mismatches} rows)'} |")
     return "\n".join(lines)

@@ -3,7 +3,9 @@ machine's speed falls on all of them alike.
 
 `ForwardTimer` hooks a model: on CUDA it records a pair of CUDA events around every forward (the forward's span on
 the device's timeline; in eager mode that includes the gaps where the GPU waits for the host's launches), on a CPU
-it reads `time.perf_counter` around it. `timed_call` runs one call and returns a `Call`: wall-clock seconds (the
+it reads `time.perf_counter` around it. Forwards replayed from a CUDA graph run no
+hooks: they go unseen (and a call whose forwards were not all seen reports no forward time, see `steps`).
+`timed_call` runs one call and returns a `Call`: wall-clock seconds (the
 device's queued work included), each forward's start and duration, and the call's output.
 
 Example::
@@ -75,10 +77,12 @@ class ForwardTimer:
         return event
 
     def _before(self, module, args):
-        self._open = self._now()
+        if not _capturing():
+            self._open = self._now()
 
     def _after(self, module, args, output):
-        self._marks.append((self._open, self._now()))
+        if not _capturing():  # a CUDA graph being captured: its replays run no hooks, so count none
+            self._marks.append((self._open, self._now()))
 
     def start(self) -> object:
         """Forget earlier forwards; return the call's start mark."""
@@ -97,6 +101,10 @@ class ForwardTimer:
             begin = [a - start for a, _ in self._marks]
             length = [b - a for a, b in self._marks]
         return np.array(begin), np.array(length)
+
+
+def _capturing() -> bool:
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
 
 
 def synchronize(device) -> None:

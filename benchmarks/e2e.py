@@ -23,6 +23,7 @@ from traces import DEFAULT_DATA_DIR, workload
 from lookahead.bench import e2e
 from lookahead.bench import plot as bench_plot
 from lookahead.bench.arguments import method_name, positive_int
+from lookahead.bench.forcing import ForcedOutputs
 from lookahead.bench.methods import E2E_DEFAULT
 
 EOS = PAD = 50256  # GPT-2's <|endoftext|>: never inside the recorded texts
@@ -82,10 +83,14 @@ def main(argv=None) -> None:
     model = e2e.random_model(args.shape, VOCAB, EOS, args.device, args.dtype)
     from tqdm import tqdm
 
+    try:  # one hook for the run: CUDA graphs captured by lookahead's static cache keep its tensors
+        forced = ForcedOutputs([t for pairs in datasets.values() for t in pairs], EOS, model.device)
+    except ValueError as reason:
+        sys.exit(f"e2e.py: the datasets cannot be forced together: {reason}")
     timings = []
     for name, pairs in datasets.items():
         timings += e2e.run_e2e(model, pairs, name, args.methods, batches, EOS, True, args.max_new, tqdm,
-                               args.draft_cost, args.repeats)
+                               args.draft_cost, args.repeats, forced)
     params = sum(p.numel() for p in model.parameters()) / 1e6
     print(f"\nrandom-weight {args.shape} Llama ({params:.0f}M parameters), {args.device} {args.dtype}, torch threads "
           f"{torch.get_num_threads()}, recorded outputs forced, at most {args.max_new} new tokens, draft_cost "

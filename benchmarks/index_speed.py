@@ -69,8 +69,8 @@ def main(argv=None) -> None:
         progress = None
     results = S.measure(makers, pool, sizes, args.steps, progress=progress, tree=args.tree)
     proposal = f"propose_tree({args.tree})" if args.tree else "propose(10)"
-    print(f"\nMicroseconds per step: median (mean) of {proposal} + extend(3 tokens), after a context of "
-          f"(torch threads: {args.torch_threads})\n")
+    print(f"\nMicroseconds per step: median (mean) of {proposal} + extend(3 tokens), after a context of N tokens of "
+          f"real text (columns; torch threads: {args.torch_threads})\n")
     labels = [label for label in makers if any(key[0] == label for key in results)]
     print(S.markdown(results, labels, sizes))
     if args.plot:

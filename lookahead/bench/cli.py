@@ -224,6 +224,7 @@ def run_e2e(args) -> int:
     import torch
 
     from . import e2e
+    from .forcing import ForcedOutputs
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -231,10 +232,15 @@ def run_e2e(args) -> int:
     if setup is None:
         return 1
     model, datasets, eos, methods, force = setup
+    try:  # one hook for the run: CUDA graphs captured by lookahead's static cache keep its tensors
+        forced = ForcedOutputs([t for ts in datasets.values() for t in ts], eos, model.device) if force else None
+    except ValueError as reason:
+        error(f"the datasets cannot be forced together: {reason}")
+        return 1
     timings = []
     for name, traces in datasets.items():
         timings += e2e.run_e2e(model, traces, name, methods, args.batch, eos, force, args.max_new, _progress(args),
-                               repeats=args.repeats)
+                               repeats=args.repeats, forced=forced)
     print(f"\nWall clock, {args.device} {args.dtype}, torch threads {torch.get_num_threads()}, "
           f"{'recorded outputs forced' if force else 'outputs written by the model'}, at most {args.max_new} new "
           f"tokens per prompt\n")

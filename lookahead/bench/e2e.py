@@ -162,7 +162,8 @@ def generate_with(method, model, ids, mask, max_new: int, eos: int, **extra):
 
 
 def run_e2e(model, traces, dataset: str = "traces", methods=E2E_DEFAULT, batch_sizes=(1,), eos: int = 0,
-            force: bool = True, max_new: int = 128, progress=None, draft_cost=None, repeats: int = 1) -> list:
+            force: bool = True, max_new: int = 128, progress=None, draft_cost=None, repeats: int = 1,
+            forced: ForcedOutputs | None = None) -> list:
     """Time every method on the same prompts at each batch size; one `Timing` per (batch size, method).
 
     Args:
@@ -179,12 +180,14 @@ def run_e2e(model, traces, dataset: str = "traces", methods=E2E_DEFAULT, batch_s
         draft_cost: lookahead's verification cost model (None: its default; "auto": measured during the warm-up,
             before any timing).
         repeats: timed calls of each method on each batch, in rotated orders; each batch counts its median.
+        forced: the forcing hook to use (one over every dataset of a run: CUDA graphs that lookahead's static cache
+            captures keep the hook's tensors), else one is made for `traces` (when `force`).
     Returns:
         list of `Timing`.
     """
     methods = resolve(methods, need="generate")
     traces = [(p, o[:max_new]) for p, o in traces]
-    forced = ForcedOutputs(traces, eos, model.device) if force else None
+    forced = (forced or ForcedOutputs(traces, eos, model.device)) if force else None
     calls = [0]
     hooks = [model.register_forward_pre_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))]
     hooks += [forced.attach(model)] if forced is not None else []
@@ -239,7 +242,7 @@ class _Run:
                     out, seconds = self._timed(by_name[name], ids, mask, new)
                     outs[name], forwards[name] = _new_tokens(out, ids.shape[1], self.eos), self.calls[0]
                     samples[name].append(seconds)
-            reference = ([_until(self.forced.expected(start + i, new), self.eos) for i in range(len(chunk))]
+            reference = ([_until(self.forced.expected(self.forced.row_of(p), new), self.eos) for p, _ in chunk]
                          if self.forced is not None else next(iter(outs.values())))
             for name, timing in timings.items():
                 timing.add(outs[name], float(np.median(samples[name])), prefill, forwards[name])

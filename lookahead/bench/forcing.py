@@ -19,6 +19,9 @@ the first forward after `reset`) each row's prompt is looked up once on the host
 from its batch; when a forward comes with fewer rows, the survivors (who keep their order) are matched once more,
 by the (position, token) of their first input against the recorded sequences of the previous rows.
 
+One instance should serve a whole run: a CUDA graph captured during a forward keeps the addresses of the tensors the
+hook used then (`rows` and `table` are updated in place for that reason).
+
 Example::
 
     forced = ForcedOutputs(traces, eos_token_id=eos, device=model.device)
@@ -139,6 +142,15 @@ class ForcedOutputs:
         self.rows[: len(rows)].copy_(torch.tensor(rows, dtype=torch.long))  # in place: a fixed address for graphs
         self.batch, self._rows = len(rows), rows
         self.identified += 1
+
+    def row_of(self, prompt) -> int:
+        """The trace whose prompt is `prompt` (KeyError when none is)."""
+        tokens = [int(t) for t in prompt]
+        group = self.groups.get(tuple(tokens[: self.key_len]), [])
+        row = next((r for r, p in group if p == tokens), None)
+        if row is None:
+            raise KeyError("no trace has this prompt")
+        return row
 
     def expected(self, row: int, max_new: int) -> list:
         """The new tokens a forced run must write for trace `row` with at most `max_new` new tokens (the eos

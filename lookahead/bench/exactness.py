@@ -113,13 +113,13 @@ def _new(model, method, prompt: list, max_new: int, eos: int, draft_cost=None) -
 def _stat(values: list, fmt: str) -> str:
     if not values:
         return "—"
-    return f"{np.median(values):{fmt}} ({np.min(values):{fmt}}-{np.max(values):{fmt}})"
+    return f"{np.median(values):{fmt}} ({np.min(values):{fmt}} to {np.max(values):{fmt}})"
 
 
 def markdown(rows: list) -> str:
     """One row per (dtype, method): outputs that differ from greedy, where and how near a tie."""
-    lines = ["| dtype | method | differ from greedy | first divergent token: median (min-max) | logit gap there, fp32: "
-             "median (min-max) | logit gap there, same dtype | tokens/forward |",
+    lines = ["| dtype | method | differ from greedy | first divergent token: median (min to max) | logit gap there, "
+             "fp32: median (min to max) | logit gap there, same dtype | tokens/forward |",
              "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
         tpf = f"{r.tokens / r.forwards:.2f}" if r.forwards else "—"

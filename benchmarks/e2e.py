@@ -1,8 +1,9 @@
 """End-to-end wall clock on real workloads: plain greedy, Hugging Face prompt lookup and lookahead, same prompts.
 
 The target is a random-weight Llama of a given shape (GPT-2-small by default: 12 layers, hidden 768, GPT-2
-vocabulary) whose greedy choice is forced to replay the recorded outputs of ``../shared/data`` (``ForcedReplay``):
-the forwards are real, the acceptance pattern is that of the model that wrote the trace. The harness is
+vocabulary) whose greedy choice is forced to replay the recorded outputs of ``../shared/data`` (``ForcedOutputs``, a
+forward hook writing the recorded next tokens on the device): the forwards are real, the acceptance pattern is that
+of the model that wrote the trace. The harness is
 ``lookahead.bench.e2e`` (``lookahead bench e2e``); this script adds the dataset loaders. Without the data folder it
 falls back to random prompts with repeated spans.
 
@@ -17,28 +18,16 @@ import sys
 from pathlib import Path
 
 import torch
+from traces import DEFAULT_DATA_DIR, workload
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from traces import DEFAULT_DATA_DIR, load_traces  # noqa: E402
-
-from lookahead.bench import e2e  # noqa: E402
-from lookahead.bench import plot as bench_plot  # noqa: E402
-from lookahead.bench.forced import distinct_prompts  # noqa: E402
+from lookahead.bench import e2e
+from lookahead.bench import plot as bench_plot
+from lookahead.bench.arguments import method_name, positive_int
+from lookahead.bench.forcing import ForcedOutputs
+from lookahead.bench.methods import E2E_DEFAULT
 
 EOS = PAD = 50256  # GPT-2's <|endoftext|>: never inside the recorded texts
 VOCAB = 50257
-
-
-def workload(name: str, data_dir: Path, limit: int, max_prompt: int, max_new: int) -> list:
-    """(prompt, output) pairs; `no-copy` pairs RAG questions with unrelated recorded summaries."""
-    if name == "no-copy":
-        questions = load_traces("rag", data_dir=data_dir, limit=4 * limit)
-        summaries = load_traces("summarization", data_dir=data_dir, limit=4 * limit)
-        pairs = [(q[0][:40], s[1]) for q, s in zip(questions, summaries[::-1])]
-    else:
-        pairs = load_traces(name, data_dir=data_dir, limit=4 * limit)
-    pairs = [(p, o[:max_new]) for p, o in pairs if len(p) <= max_prompt and len(o) >= 16]
-    return distinct_prompts(pairs)[:limit]
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -46,17 +35,20 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--datasets", "--force-replay", dest="datasets", nargs="+",
                         default=["code-edit", "summarization", "no-copy"],
                         help="recorded outputs to force: code-edit, summarization, rag, agent, no-copy")
-    parser.add_argument("--methods", nargs="+", default=None,
-                        help=f"default: {' '.join(e2e.all_methods())} (lookahead-none also accepted)")
+    parser.add_argument("--methods", nargs="+", type=method_name, default=list(E2E_DEFAULT), metavar="METHOD",
+                        help=f"methods of lookahead.bench.methods that generate (default: {' '.join(E2E_DEFAULT)})")
     parser.add_argument("--shape", default="gpt2-small", choices=list(e2e.SHAPES))
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--dtype", default="fp32", choices=list(e2e.DTYPES))
-    parser.add_argument("--limit", type=int, default=8, help="prompts per dataset (at least the largest batch)")
-    parser.add_argument("--batch", type=int, nargs="+", default=[1], help="batch sizes; 1 is always run")
-    parser.add_argument("--max-prompt", type=int, default=1024)
-    parser.add_argument("--max-new", type=int, default=160)
+    parser.add_argument("--limit", type=positive_int, default=8,
+                        help="prompts per dataset (at least the largest batch)")
+    parser.add_argument("--batch", type=positive_int, nargs="+", default=[1], help="batch sizes; 1 is always run")
+    parser.add_argument("--max-prompt", type=positive_int, default=1024)
+    parser.add_argument("--max-new", type=positive_int, default=160)
+    parser.add_argument("--repeats", type=positive_int, default=1,
+                        help="timed calls of each method on each batch, in turns (the median counts)")
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    parser.add_argument("--threads", type=positive_int, default=None, help="torch threads (default: torch's)")
     parser.add_argument("--plot", default=None, help="speedup against batch size (needs matplotlib)")
     parser.add_argument("--draft-cost", type=draft_cost, default=None,
                         help="lookahead's draft_cost: 'auto' (measured once), a number or 'overhead,per_token' "
@@ -91,18 +83,23 @@ def main(argv=None) -> None:
     model = e2e.random_model(args.shape, VOCAB, EOS, args.device, args.dtype)
     from tqdm import tqdm
 
+    try:  # one hook for the run: CUDA graphs captured by lookahead's static cache keep its tensors
+        forced = ForcedOutputs([t for pairs in datasets.values() for t in pairs], EOS, model.device)
+    except ValueError as reason:
+        sys.exit(f"e2e.py: the datasets cannot be forced together: {reason}")
     timings = []
     for name, pairs in datasets.items():
         timings += e2e.run_e2e(model, pairs, name, args.methods, batches, EOS, True, args.max_new, tqdm,
-                               args.draft_cost)
+                               args.draft_cost, args.repeats, forced)
     params = sum(p.numel() for p in model.parameters()) / 1e6
     print(f"\nrandom-weight {args.shape} Llama ({params:.0f}M parameters), {args.device} {args.dtype}, torch threads "
           f"{torch.get_num_threads()}, recorded outputs forced, at most {args.max_new} new tokens, draft_cost "
           f"{args.draft_cost or 'default'}\n")
     print(e2e.markdown(timings))
-    ratio = e2e.forward_cost_ratio(model)
-    print(f"\nForward cost ratio: an 11-token forward costs {ratio:.2f}x a 1-token forward (after 512 cached tokens)")
-    print(e2e.predicted_vs_measured(datasets, timings, ratio))
+    cost = e2e.measured_cost(model)
+    print(f"\nForward cost (after 512 cached tokens, in one-token forwards): 11 tokens {cost(10):.2f}x, 33 tokens "
+          f"{cost(32):.2f}x")
+    print(e2e.predicted_vs_measured(datasets, timings, cost))
     if args.plot:
         points = e2e.speedup_points(timings)
         bench_plot.speedup_vs_batch(points, args.plot, f"speedup over greedy: random-weight {args.shape} Llama, "

@@ -16,17 +16,14 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from suffix_decoding import drafters as suffix_decoding_drafters
+from traces import DEFAULT_DATA_DIR, load_traces
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from peers import SuffixDecoding, VllmNgram, suffix_decoding_available  # noqa: E402
-from traces import DEFAULT_DATA_DIR, load_traces  # noqa: E402
-
-from lookahead.bench import index_speed as S  # noqa: E402
-from lookahead.bench import plot as bench_plot  # noqa: E402
+from lookahead.bench import index_speed as S
+from lookahead.bench import plot as bench_plot
+from lookahead.bench.arguments import int_at_least, positive_int
 
 SIZES = (1_000, 32_000, 256_000, 1_000_000)
-VLLM = "vLLM n-gram (1..4)"
-MAX_SIZE = {**S.MAX_SIZE, VLLM: 256_000}
 
 
 def token_pool(data_dir: Path, size: int) -> np.ndarray:
@@ -36,25 +33,24 @@ def token_pool(data_dir: Path, size: int) -> np.ndarray:
 
 
 def proposers() -> dict:
-    """Label -> fresh proposer: lookahead's indexes and HF (as in `lookahead bench index`), vLLM, SuffixDecoding."""
-    makers = S.index_makers()
-    makers[VLLM] = lambda: VllmNgram(1, 4)
-    if suffix_decoding_available():
-        makers["SuffixDecoding"] = SuffixDecoding
-    else:
-        print("note: arctic_inference is not installed; skipping SuffixDecoding", file=sys.stderr)
-    return makers
+    """Method name -> fresh proposer: lookahead's indexes and HF (as in `lookahead bench index`), vLLM's rule and
+    SuffixDecoding where installed."""
+    external = suffix_decoding_drafters()
+    if not external:
+        print("note: arctic_inference is not installed; skipping suffixdecoding", file=sys.stderr)
+    names = [*S.INDEX_DEFAULT, "vllm-ngram"] + (["suffixdecoding"] if external else [])
+    return S.index_makers(names, external)
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
-    parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
-    parser.add_argument("--steps", type=int, default=2000, help="timed steps per size (HF: at most 100)")
-    parser.add_argument("--torch-threads", type=int, default=1,
+    parser.add_argument("--sizes", type=positive_int, nargs="+", default=list(SIZES))
+    parser.add_argument("--steps", type=positive_int, default=2000, help="timed steps per size (HF: at most 100)")
+    parser.add_argument("--torch-threads", type=positive_int, default=1,
                         help="torch intra-op threads for HF (default 1, like every other drafter here: with other "
                              "work on the cores, 2 threads made HF 40x slower at 32k)")
-    parser.add_argument("--tree", type=int, default=0,
+    parser.add_argument("--tree", type=int_at_least(0), default=0,
                         help="time propose_tree(TREE) instead of propose(10), for the drafters that have it")
     parser.add_argument("--plot", default=None, help="write a log-log figure (needs matplotlib)")
     args = parser.parse_args(argv)
@@ -71,10 +67,10 @@ def main(argv=None) -> None:
         from tqdm import tqdm as progress
     except ImportError:
         progress = None
-    results = S.measure(makers, pool, sizes, args.steps, MAX_SIZE, progress=progress, tree=args.tree)
+    results = S.measure(makers, pool, sizes, args.steps, progress=progress, tree=args.tree)
     proposal = f"propose_tree({args.tree})" if args.tree else "propose(10)"
-    print(f"\nMicroseconds per step: median (mean) of {proposal} + extend(3 tokens), after a context of "
-          f"(torch threads: {args.torch_threads})\n")
+    print(f"\nMicroseconds per step: median (mean) of {proposal} + extend(3 tokens), after a context of N tokens of "
+          f"real text (columns; torch threads: {args.torch_threads})\n")
     labels = [label for label in makers if any(key[0] == label for key in results)]
     print(S.markdown(results, labels, sizes))
     if args.plot:

@@ -9,17 +9,16 @@ trajectories one after another (earlier trajectories' commands and tool output r
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from tqdm import tqdm
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from traces import DEFAULT_DATA_DIR, load_traces  # noqa: E402
+from traces import DEFAULT_DATA_DIR, load_traces
 
-from lookahead import Memory  # noqa: E402
-from lookahead.bench.replay import ReplayStats, replay_trace  # noqa: E402
-from lookahead.index import NgramIndex, SuffixIndex  # noqa: E402
+from lookahead import Memory
+from lookahead.bench.arguments import positive_int
+from lookahead.bench.replay import ReplayStats, replay_trace
+from lookahead.index import NgramIndex, SuffixIndex
 
 INDEXES = {"ngram": lambda: NgramIndex(4), "suffix": SuffixIndex}
 
@@ -42,8 +41,8 @@ def replay_in_order(traces, make_index, memory: Memory | None, budget: int, tree
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--datasets", nargs="+", default=["code-edit", "agent"])
-    parser.add_argument("--limit", type=int, default=40, help="rows (code edit) or trajectories (agent)")
-    parser.add_argument("--max-tokens", type=int, default=200_000, help="memory bound in tokens")
+    parser.add_argument("--limit", type=positive_int, default=40, help="rows (code edit) or trajectories (agent)")
+    parser.add_argument("--max-tokens", type=positive_int, default=200_000, help="memory bound in tokens")
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
     args = parser.parse_args(argv)
     print("| dataset | index | draft | no memory | with memory |\n|---|---|---|---:|---:|")

@@ -10,17 +10,15 @@ article by article (the machine's load hits both alike) and must produce the sam
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from traces import DEFAULT_DATA_DIR, summarization_texts  # noqa: E402
+from traces import DEFAULT_DATA_DIR, summarization_texts
 
-import lookahead  # noqa: E402
-from lookahead.plugin import Summarization  # noqa: E402
+import lookahead
+from lookahead.plugin import Summarization
 
 EOS = 50256  # GPT-2's <|endoftext|>, never inside the texts
 

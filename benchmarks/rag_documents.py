@@ -16,17 +16,15 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from traces import DEFAULT_DATA_DIR, load_tokenizer  # noqa: E402
+from traces import DEFAULT_DATA_DIR, load_tokenizer
 
-from lookahead import GenerationStats, generate  # noqa: E402
-from lookahead.bench import ForcedReplay  # noqa: E402
+from lookahead import GenerationStats, generate
+from lookahead.bench import ForcedReplay
 
 EOS = PAD = 50256
 CUE = [33706, 25, 198]  # "Answer:\n" in GPT-2 tokens

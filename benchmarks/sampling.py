@@ -14,16 +14,15 @@ then repeats the tail that preceded it, so the index drafts exactly what greedy 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from traces import DEFAULT_DATA_DIR, load_traces  # noqa: E402
+from traces import DEFAULT_DATA_DIR, load_traces
 
-import lookahead  # noqa: E402
-from lookahead import GenerationStats  # noqa: E402
+import lookahead
+from lookahead import GenerationStats
+from lookahead.bench.arguments import positive_int
 
 STORIES = DEFAULT_DATA_DIR.parent / "models" / "stories260K"
 DECODINGS = {"greedy": {}, "T=0.7": dict(do_sample=True, temperature=0.7, top_k=0),
@@ -75,12 +74,12 @@ def measure(model, prompts, max_new: int, decoding: dict) -> GenerationStats:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workloads", nargs="+", default=["code-edit", "stories"])
-    parser.add_argument("--limit", type=int, default=8)
-    parser.add_argument("--max-new", type=int, default=128)
+    parser.add_argument("--limit", type=positive_int, default=8)
+    parser.add_argument("--max-new", type=positive_int, default=128)
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
     parser.add_argument("--drafts", nargs="+", default=list(DRAFTS), choices=list(DRAFTS))
     parser.add_argument("--draft-cost", type=float, default=None, help="lookahead's draft_cost (default: its own)")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    parser.add_argument("--threads", type=positive_int, default=None, help="torch threads (default: torch's)")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)

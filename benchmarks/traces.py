@@ -238,6 +238,23 @@ def load_traces(name: str, data_dir: Path | str = DEFAULT_DATA_DIR, limit: int |
     return assemble(tokenized)
 
 
+def workload(name: str, data_dir: Path | str = DEFAULT_DATA_DIR, limit: int = 8, max_prompt: int = 1024,
+             max_new: int = 160) -> list[Trace]:
+    """Traces for timing runs: at most ``limit`` with distinct prompts of at most ``max_prompt`` tokens and outputs of
+    at least 16 tokens, cut to ``max_new``. ``"no-copy"`` pairs the first 40 tokens of RAG prompts (the question)
+    with unrelated recorded summaries: nothing to copy."""
+    from lookahead.bench.forcing import distinct_prompts
+
+    if name == "no-copy":
+        questions = load_traces("rag", data_dir=data_dir, limit=4 * limit)
+        summaries = load_traces("summarization", data_dir=data_dir, limit=4 * limit)
+        pairs = [(q[0][:40], s[1]) for q, s in zip(questions, summaries[::-1])]
+    else:
+        pairs = load_traces(name, data_dir=data_dir, limit=None if name != "agent" else limit)
+    pairs = [(p, o[:max_new]) for p, o in pairs if len(p) <= max_prompt and len(o) >= 16]
+    return distinct_prompts(pairs)[:limit]
+
+
 def export_jsonl(traces: list[Trace], path: Path) -> None:
     """Write traces as ``{"prompt_ids": [...], "output_ids": [...]}`` lines, the format ``lookahead bench`` reads."""
     with open(path, "w", encoding="utf-8") as f:
@@ -246,7 +263,7 @@ def export_jsonl(traces: list[Trace], path: Path) -> None:
 
 
 def main(argv=None) -> None:
-    """``python benchmarks/traces.py --export DIR``: one JSONL file of token ids per dataset, for ``lookahead bench``."""
+    """``python benchmarks/traces.py --export DIR``: one JSONL file of token ids per dataset (``lookahead bench``)."""
     import argparse
 
     parser = argparse.ArgumentParser(description=main.__doc__)

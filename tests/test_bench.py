@@ -13,12 +13,13 @@ from conftest import SHARED, STORIES
 from lookahead.bench import e2e
 from lookahead.bench.forced import ForcedReplay, distinct_prompts
 from lookahead.bench.git_traces import git_traces
-from lookahead.bench.peers import PromptLookup
-from lookahead.bench.replay import (ReplayStats, accepted_path_length, forward_cost, predicted_speedup,
-                                    replay_trace)
+from lookahead.bench.methods import ALIASES, AMBIGUOUS, METHODS, canonical, resolve
+from lookahead.bench.peers import PromptLookup, VllmNgram
+from lookahead.bench.replay import ReplayStats, predicted_speedup, ratio_cost, replay_trace
 from lookahead.bench.traces_io import load_tokenizer, read_traces
 from lookahead.cli import main
-from lookahead.index import NgramIndex
+from lookahead.index import Draft, NgramIndex, SuffixIndex
+from lookahead.policy import CostCurve
 from strategies import token_lists
 
 GPT2 = SHARED / "data" / "tokenizers" / "gpt2"
@@ -56,20 +57,106 @@ def test_replay_counts_forwards_of_a_copy():
     assert stats.accepted == stats.tokens - stats.steps
 
 
+class FixedTree:
+    """A drafter that proposes the same tree every step."""
+
+    def __init__(self, tokens, parents):
+        self.draft = Draft(np.array(tokens), np.array(parents), np.ones(len(tokens)))
+
+    def extend(self, tokens):
+        pass
+
+    def propose_tree(self, max_nodes):
+        return self.draft.head(max_nodes)
+
+
 def test_tree_acceptance_follows_the_matching_branch():
-    """Greedy tree acceptance walks the children that match the target."""
-    assert accepted_path_length(np.array([5, 6, 7]), np.array([-1, -1, 1]), np.array([6, 7, 9])) == 2
-    assert accepted_path_length(np.array([5]), np.array([-1]), np.array([4])) == 0
+    """Greedy tree acceptance walks the children that match the target, then the target's own token comes free."""
+    stats = replay_trace(FixedTree([5, 6, 7], [-1, -1, 1]), np.array([1]), np.array([6, 7, 9]), budget=3, tree=True)
+    assert (stats.steps, stats.accepted, stats.tokens) == (1, 2, 3)
+    stats = replay_trace(FixedTree([5], [-1]), np.array([1]), np.array([4, 4]), budget=3, tree=True)
+    assert (stats.steps, stats.accepted, stats.draft_sizes) == (2, 0, {1: 2})
 
 
-def test_predicted_speedup_is_tokens_over_linear_cost():
-    """Each step costs forward_cost(1 + drafted); with a ratio of 1 the prediction is tokens per forward."""
-    stats = ReplayStats(tokens=40, steps=10, drafted=100, accepted=30)
-    assert predicted_speedup(stats, 1.0) == pytest.approx(4.0)
-    assert predicted_speedup(stats, 2.0, cost_tokens=11) == pytest.approx(40 / (10 + 0.1 * 100))
-    assert forward_cost(11, 2.0, 11) == pytest.approx(2.0) and forward_cost(21, 2.0, 11) == pytest.approx(3.0)
+def naive_replay(proposer, prompt, output, budget, tree):
+    """Replay by the definition: walk the draft (chain or tree) while it agrees with the recording."""
+    proposer.extend(prompt)
+    pos, steps, accepted = 0, 0, 0
+    while pos < len(output):
+        if tree:
+            draft = proposer.propose_tree(budget)
+            node, depth = -1, 0
+            while pos + depth < len(output):
+                kids = [j for j in range(len(draft.tokens))
+                        if draft.parents[j] == node and draft.tokens[j] == output[pos + depth]]
+                if not kids:
+                    break
+                node, depth = kids[0], depth + 1
+        else:
+            draft = list(proposer.propose(min(budget, len(output) - pos)))
+            depth = 0
+            while depth < len(draft) and draft[depth] == output[pos + depth]:
+                depth += 1
+        produced = min(depth + 1, len(output) - pos)
+        proposer.extend(output[pos:pos + produced])
+        pos, steps, accepted = pos + produced, steps + 1, accepted + depth
+    return steps, accepted
+
+
+@settings(max_examples=40)
+@given(token_lists(max_size=60, vocab=4), token_lists(max_size=40, vocab=4), st.integers(1, 8), st.booleans())
+def test_replay_uses_the_acceptance_of_its_definition(prompt, output, budget, tree):
+    """The replay (the library's acceptance rules) counts the steps and accepted tokens of the plain definition."""
+    if not output:
+        return
+    make = SuffixIndex if tree else (lambda: NgramIndex(4))
+    stats = replay_trace(make(), np.array(prompt or [0]), np.array(output), budget, tree)
+    assert (stats.steps, stats.accepted) == naive_replay(make(), np.array(prompt or [0]), np.array(output), budget,
+                                                         tree)
+    assert stats.tokens == len(output) and sum(stats.draft_sizes.values()) == stats.steps
+
+
+def test_predicted_speedup_is_tokens_over_the_step_costs():
+    """Each step costs step_cost(cost, k) for its k drafts: a ratio of 1 predicts tokens per forward; a measured
+    curve never makes a step cheaper than a one-token forward (the cause of negative tree predictions)."""
+    stats = ReplayStats(tokens=40, steps=10, drafted=100, accepted=30, draft_sizes={10: 10})
+    assert predicted_speedup(stats, ratio_cost(1.0)) == pytest.approx(4.0)
+    assert predicted_speedup(stats, ratio_cost(2.0, cost_tokens=11)) == pytest.approx(40 / (10 + 0.1 * 100))
+    assert predicted_speedup(stats, (0.5, 0.0)) == pytest.approx(40 / 15)
+    noisy = CostCurve([1.0, 0.9, 0.7, 0.6])  # bigger forwards timed cheaper
+    tree = ReplayStats(tokens=40, steps=10, drafted=320, accepted=30, draft_sizes={32: 10})
+    assert 0 < predicted_speedup(tree, noisy) <= 4.0
+    with pytest.raises(ValueError, match="cost_ratio must be >= 1"):
+        ratio_cost(0.68)
     with pytest.raises(ValueError, match="cost_tokens must be >= 2, got 1"):
-        forward_cost(3, 2.0, 1)
+        ratio_cost(2.0, 1)
+
+
+def test_registry_names_are_unambiguous():
+    """Every alias names a method; the ambiguous old names say which two they could mean; generating methods say how."""
+    assert all(canonical(alias) == name for alias, name in ALIASES.items())
+    for name, (ours, theirs) in AMBIGUOUS.items():
+        with pytest.raises(ValueError, match=f"method '{name}' is ambiguous: say {ours} .* or {theirs}"):
+            canonical(name)
+    with pytest.raises(ValueError, match="unknown method 'beam'; expected one of lookahead-none, "):
+        canonical("beam")
+    assert all(m.runner in (None, "hf", "lookahead") and (m.make or m.runner or m.requires) for m in METHODS.values())
+    with pytest.raises(ValueError, match="method 'suffixdecoding' cannot be replayed: it needs arctic-inference"):
+        resolve(["suffixdecoding"], need="replay")
+    with pytest.raises(ValueError, match="method 'oracle' does not generate"):
+        resolve(["oracle"], need="generate")
+    assert [m.name for m in resolve(["hf4", "ngram", "hf-prompt-lookup-4"])] == ["hf-prompt-lookup-4",
+                                                                                  "lookahead-ngram"]
+
+
+def test_vllm_rule_is_hf_rule_with_a_minimum():
+    """vLLM's proposer with min_n=1 drafts what HF's rule drafts; a higher minimum drafts nothing on a short match."""
+    tokens = [5, 6, 7, 8, 5, 6]
+    hf, vllm, strict = PromptLookup(4, 10, exact=False), VllmNgram(1, 4), VllmNgram(3, 4)
+    for drafter in (hf, vllm, strict):
+        drafter.extend(tokens)
+    assert vllm.propose(3).tolist() == hf.propose(3).tolist() == [7, 8, 5]
+    assert strict.propose(3).tolist() == []
 
 
 @settings(max_examples=40)
@@ -165,43 +252,67 @@ def test_e2e_methods_write_the_recorded_outputs():
     traces = e2e.synthetic_traces(2, prompt_len=40, new_tokens=12, vocab=90)
     vocab, eos = e2e.free_id(traces, 90)
     model = e2e.random_model("tiny", vocab, eos)
-    methods = ["greedy", "hf-prompt-lookup", "lookahead-ngram"]
-    timings = e2e.run_e2e(model, traces, "synthetic", methods, batch_sizes=(1, 2), eos=eos, max_new=12)
+    methods = ["hf-greedy", "hf-prompt-lookup-2", "lookahead-ngram"]
+    timings = e2e.run_e2e(model, traces, "synthetic", methods, batch_sizes=(1, 2), eos=eos, max_new=12, repeats=2)
     assert [(t.batch, t.method) for t in timings] == [(1, m) for m in methods] + [(2, m) for m in methods[::2]]
     assert all(t.mismatches == 0 and t.tokens == 24 for t in timings)
     assert "| synthetic | 1 | lookahead-ngram | 24 |" in e2e.markdown(timings)
 
 
-def test_bench_traces_prints_every_mode_and_hf(trace_file, capsys):
+def test_bench_traces_prints_every_method(trace_file, capsys):
     """`bench traces FILE` prints one row per method with the predicted speedup for each cost ratio."""
     assert main(["bench", "traces", trace_file, "--no-progress", "--cost-ratio", "1.1", "2"]) == 0
     out = capsys.readouterr().out
-    assert "| edits | lookahead ngram |" in out and "| edits | HF prompt lookup (ngram 2) |" in out
-    assert "predicted speedup (cost ratio 2)" in out
+    assert "| edits | lookahead-ngram |" in out and "| edits | hf-prompt-lookup-2 |" in out
+    assert "| edits | lookahead-suffix-tree |" in out and "predicted speedup (cost ratio 2)" in out
 
 
 def test_bench_traces_on_nothing_measurable_exits_non_zero(tmp_path, capsys):
-    """A file with only bad lines: one error per line, then non-zero exit; so does an unknown mode."""
+    """A file with only bad lines: one error per line, then exit status 1; a method that cannot be replayed too."""
     bad = write_jsonl(tmp_path / "bad.jsonl", [{"prompt": "a"}])
     assert main(["bench", "traces", bad, "--no-progress"]) == 1
     err = capsys.readouterr().err
     assert f"{bad}:1: missing field 'output'" in err and "nothing to measure" in err
-    assert main(["bench", "traces", bad, "--modes", "bogus"]) == 1
-    assert "unknown mode 'bogus'; available:" in capsys.readouterr().err
+    assert main(["bench", "traces", bad, "--methods", "hf-greedy"]) == 1
+    assert "method 'hf-greedy' cannot be replayed: it is not a drafter" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["traces", "--budget", "0"], "argument --budget: expected an integer >= 1, got '0'"),
+    (["traces", "--tree-budget", "x"], "argument --tree-budget: expected an integer >= 1, got 'x'"),
+    (["traces", "--cost-ratio", "0"], "argument --cost-ratio: expected a number >= 1, got '0'"),
+    (["traces", "--cost-ratio", "nan"], "argument --cost-ratio: expected a number >= 1, got 'nan'"),
+    (["traces", "--cost-tokens", "1"], "argument --cost-tokens: expected an integer >= 2, got '1'"),
+    (["traces", "--modes", "bogus"], "argument --methods/--modes: unknown method 'bogus'; expected one of"),
+    (["traces", "--methods", "suffix"], "method 'suffix' is ambiguous: say lookahead-suffix"),
+    (["traces", "--max-commits", "-3"], "argument --max-commits: expected an integer >= 1, got '-3'"),
+    (["e2e", "--shape", "7b"], "argument --shape: invalid choice: '7b'"),
+    (["e2e", "--batch", "1", "0"], "argument --batch: expected an integer >= 1, got '0'"),
+    (["e2e", "--max-new", "0"], "argument --max-new: expected an integer >= 1, got '0'"),
+    (["e2e", "--methods", "beam"], "argument --methods: unknown method 'beam'"),
+    (["e2e", "--threads", "0"], "argument --threads: expected an integer >= 1, got '0'"),
+    (["index", "--steps", "0"], "argument --steps: expected an integer >= 1, got '0'"),
+    (["index", "--sizes", "100", "-1"], "argument --sizes: expected an integer >= 1, got '-1'"),
+])
+def test_bench_argument_errors_are_one_line_and_status_2(args, message, capsys):
+    """A bad argument is argparse's usage and one error line, exit status 2, no traceback."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["bench", *args])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and message in err and "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith(f"lookahead bench {args[0]}: error: ")
 
 
 def test_bench_e2e_tiny_synthetic(capsys):
-    """`bench e2e --shape tiny --synthetic` times every method and checks they agree; unknown shapes are refused."""
+    """`bench e2e --shape tiny --synthetic` times every method, checks they write the recording, predicts."""
     args = ["bench", "e2e", "--shape", "tiny", "--synthetic", "--prompts", "2", "--max-prompt", "48", "--max-new",
             "8", "--no-progress"]
-    assert main(args + ["--methods", "greedy", "lookahead-ngram"]) == 0
+    assert main(args + ["--methods", "greedy", "lookahead-ngram", "lookahead-suffix-tree"]) == 0
     out = capsys.readouterr().out
     assert "| synthetic | 1 | lookahead-ngram | 16 |" in out and "NO (" not in out
-    assert "Forward cost ratio here" in out and "| synthetic | lookahead-ngram |" in out  # predicted vs measured
-    assert main(["bench", "e2e", "--shape", "7b"]) == 1
-    assert "unknown shape '7b'; expected one of tiny, gpt2-small, 1b" in capsys.readouterr().err
-    assert main(args + ["--methods", "beam"]) == 1
-    assert "unknown method 'beam'" in capsys.readouterr().err
+    assert "Forward cost here" in out and "| synthetic | lookahead-suffix-tree |" in out  # predicted vs measured
+    assert main(args + ["--methods", "oracle"]) == 1
+    assert "method 'oracle' does not generate" in capsys.readouterr().err
 
 
 def test_bench_e2e_pretrained_model(capsys):
@@ -209,7 +320,7 @@ def test_bench_e2e_pretrained_model(capsys):
     if not (STORIES / "config.json").exists():
         pytest.skip(f"{STORIES} not found")
     assert main(["bench", "e2e", "--model", str(STORIES), "--synthetic", "--prompts", "1", "--max-prompt", "32",
-                 "--max-new", "8", "--methods", "greedy", "lookahead-ngram", "--no-progress"]) == 0
+                 "--max-new", "8", "--methods", "hf-greedy", "lookahead-ngram", "--no-progress"]) == 0
     out = capsys.readouterr().out
     assert "outputs written by the model" in out and "| synthetic | 1 | lookahead-ngram | 8 |" in out
     assert "NO (" not in out
@@ -226,5 +337,5 @@ def test_bench_index_and_plot(trace_file, tmp_path, capsys):
         plot = None
     assert main(args) == 0
     out = capsys.readouterr().out
-    assert "| lookahead ngram |" in out and "| HF prompt lookup (ngram 2) |" in out
+    assert "| lookahead-ngram |" in out and "| hf-prompt-lookup-2 |" in out
     assert plot is None or plot.stat().st_size > 1000

@@ -1,13 +1,9 @@
-"""The copy ceilings of benchmarks/peers.py against a plain-Python reference."""
-import sys
-from pathlib import Path
-
+"""The copy ceilings of lookahead.bench.oracles against a plain-Python reference."""
 import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from peers import anchored_copy_kernel  # noqa: E402
+from lookahead.bench.oracles import AnchoredOracle, HindsightOracle, anchored_copy_kernel
 
 
 def naive_anchored(context: list, target: list, longest_only: bool) -> int:
@@ -53,3 +49,13 @@ def test_longest_suffix_ceiling_is_below_last_token_ceiling(context, target):
 def test_overlapping_copy_extrapolates_a_period():
     """After "1 2 1 2", the anchor at the first 2 copies 1 2 1 2 ... through its own draft."""
     assert anchored_copy_kernel(np.array([1, 2, 1, 2], np.int32), np.array([1, 2, 1, 2, 1], np.int32), False) == 5
+
+
+def test_oracles_draft_what_they_can_copy():
+    """The hindsight oracle copies from anywhere; the anchored ceiling only after an occurrence of the last token."""
+    output = np.array([7, 8, 9, 4])
+    hindsight, anchored = HindsightOracle(output), AnchoredOracle(output, longest=False)
+    for oracle in (hindsight, anchored):
+        oracle.extend([7, 8, 9, 3, 5])
+    assert hindsight.propose(4).tolist() == [7, 8, 9]
+    assert anchored.propose(4).tolist() == []

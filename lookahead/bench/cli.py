@@ -1,7 +1,8 @@
 """`lookahead bench traces | e2e | index`: measure and predict speedups; markdown tables, optional plots.
 
-Bad input (an unreadable file, a bad line, an unknown shape or mode) gets a one-line error on stderr and the run goes
-on where it can; the exit status is 1 when nothing could be measured (or a requested plot could not be written).
+A bad argument (``--budget 0``, ``--cost-ratio 0``, an unknown method or shape) is argparse's one-line error, exit
+status 2. Bad input (an unreadable file, a bad line) gets a one-line error on stderr and the run goes on where it
+can; the exit status is 1 when nothing could be measured (or a requested plot could not be written).
 """
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from .arguments import cost_ratio, int_at_least, method_name, positive_int
+from .methods import E2E_DEFAULT, REPLAY_DEFAULT
 from .replay import DEFAULT_COST_TOKENS
 
 
@@ -28,22 +31,23 @@ def _source_args(p) -> None:
     p.add_argument("--tokenizer", default=None,
                    help="folder with vocab.json + merges.txt, a tokenizer.json, or a hub id (default: UTF-8 bytes)")
     p.add_argument("--repo", default=".", help="git repository whose edit history makes the default traces")
-    p.add_argument("--max-commits", type=int, default=200, help="commits of --repo to read (default 200)")
+    p.add_argument("--max-commits", type=positive_int, default=200, help="commits of --repo to read (default 200)")
     p.add_argument("--plot", default=None, metavar="OUT.png", help="also write a figure (needs matplotlib)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
 def _traces_parser(p) -> None:
     _source_args(p)
-    p.add_argument("--modes", nargs="+", default=None,
-                   help="methods to replay (default all): ngram, suffix, suffix-tree, hf, hf4")
-    p.add_argument("--budget", type=int, default=10, help="draft tokens per step (default 10)")
-    p.add_argument("--tree-budget", type=int, default=32, help="nodes per step of tree drafts (default 32)")
-    p.add_argument("--cost-ratio", type=float, nargs="+", default=[1.1],
+    p.add_argument("--methods", "--modes", nargs="+", type=method_name, default=list(REPLAY_DEFAULT), metavar="METHOD",
+                   help=f"methods to replay (lookahead.bench.methods; default {' '.join(REPLAY_DEFAULT)})")
+    p.add_argument("--budget", type=positive_int, default=10, help="draft tokens per step (default 10)")
+    p.add_argument("--tree-budget", type=positive_int, default=32, help="nodes per step of tree drafts (default 32)")
+    p.add_argument("--cost-ratio", type=cost_ratio, nargs="+", default=[1.1],
                    help="cost of a --cost-tokens-token forward relative to a 1-token one (default 1.1, a GPU at "
                         "batch 1; `bench e2e` measures it); linear in between and beyond")
-    p.add_argument("--cost-tokens", type=int, default=DEFAULT_COST_TOKENS,
-                   help=f"forward size the cost ratio refers to (default {DEFAULT_COST_TOKENS}: last token + 10 drafts)")
+    p.add_argument("--cost-tokens", type=int_at_least(2), default=DEFAULT_COST_TOKENS,
+                   help=f"forward size the cost ratio refers to (default {DEFAULT_COST_TOKENS}: last token + 10 "
+                        "drafts)")
     p.add_argument("--hf-exact", action="store_true", help="call transformers' get_candidates (slow on long contexts)")
     p.set_defaults(func=run_traces)
 
@@ -54,20 +58,23 @@ def _e2e_parser(p) -> None:
     _source_args(p)
     target = p.add_mutually_exclusive_group()
     target.add_argument("--model", default=None, help="pretrained model: local folder or hub id")
-    target.add_argument("--shape", default=None, help=f"random-weight Llama: {', '.join(SHAPES)} (default gpt2-small)")
+    target.add_argument("--shape", default=None, choices=list(SHAPES),
+                        help="random-weight Llama (default gpt2-small)")
     p.add_argument("--synthetic", action="store_true", help="random prompts with repeated spans instead of traces")
     p.add_argument("--force", action=argparse.BooleanOptionalAction, default=None,
                    help="force the recorded outputs (default: yes for --shape, no for --model)")
-    p.add_argument("--methods", nargs="+", default=None,
-                   help="greedy, hf-prompt-lookup, lookahead-ngram, lookahead-suffix, lookahead-suffix-tree (default: all "
-                        "that this lookahead supports)")
-    p.add_argument("--batch", type=int, nargs="+", default=[1], help="batch sizes (default 1), e.g. 1 4 16")
-    p.add_argument("--prompts", type=int, default=4, help="prompts per batch size (at least the largest batch)")
-    p.add_argument("--max-prompt", type=int, default=2048, help="skip traces with longer prompts (tokens)")
-    p.add_argument("--max-new", type=int, default=128, help="new tokens per prompt (default 128)")
+    p.add_argument("--methods", nargs="+", type=method_name, default=list(E2E_DEFAULT), metavar="METHOD",
+                   help=f"methods that generate (lookahead.bench.methods; default {' '.join(E2E_DEFAULT)})")
+    p.add_argument("--batch", type=positive_int, nargs="+", default=[1], help="batch sizes (default 1), e.g. 1 4 16")
+    p.add_argument("--prompts", type=positive_int, default=4,
+                   help="prompts per batch size (at least the largest batch)")
+    p.add_argument("--max-prompt", type=positive_int, default=2048, help="skip traces with longer prompts (tokens)")
+    p.add_argument("--max-new", type=positive_int, default=128, help="new tokens per prompt (default 128)")
+    p.add_argument("--repeats", type=positive_int, default=1,
+                   help="timed calls of each method on each batch, in turns (default 1; the median counts)")
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--dtype", default="fp32", choices=list(DTYPES))
-    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    p.add_argument("--threads", type=positive_int, default=None, help="torch threads (default: torch's)")
     p.set_defaults(func=run_e2e)
 
 
@@ -75,9 +82,11 @@ def _index_parser(p) -> None:
     from .index_speed import SIZES
 
     _source_args(p)
-    p.add_argument("--sizes", type=int, nargs="+", default=list(SIZES), help="tokens held (default 1k to 1M)")
-    p.add_argument("--steps", type=int, default=500, help="timed steps per size (HF prompt lookup: at most 100)")
-    p.add_argument("--torch-threads", type=int, default=1, help="torch threads for HF prompt lookup (default 1)")
+    p.add_argument("--sizes", type=positive_int, nargs="+", default=list(SIZES), help="tokens held (default 1k to 1M)")
+    p.add_argument("--steps", type=positive_int, default=500,
+                   help="timed steps per size (HF prompt lookup: at most 100)")
+    p.add_argument("--torch-threads", type=positive_int, default=1,
+                   help="torch threads for HF prompt lookup (default 1)")
     p.set_defaults(func=run_index)
 
 
@@ -145,26 +154,28 @@ def _describe(datasets: dict, tokenizer) -> None:
 def run_traces(args) -> int:
     """`lookahead bench traces`: replay every method on every dataset, print the table (and plot)."""
     from . import quality
+    from .methods import Setup, resolve
 
-    tokenizer = _tokenizer(args)
     try:
-        methods = quality.select(quality.replay_methods(args.budget, args.tree_budget, args.hf_exact), args.modes)
+        methods = resolve(args.methods, need="replay")
     except ValueError as reason:
         error(str(reason))
         return 1
+    tokenizer = _tokenizer(args)
     datasets = load_datasets(args, tokenizer) if tokenizer is not None else {}
     if not datasets:
         error("nothing to measure")
         return 1
     _describe(datasets, tokenizer)
-    results = quality.replay_all(methods, datasets, args.budget, args.tree_budget, _progress(args))
+    setup = Setup(args.budget, args.tree_budget, args.hf_exact)
+    results = quality.replay_all(methods, datasets, setup, _progress(args))
     print(f"\nModel-free replay, draft budget {args.budget} (tree: {args.tree_budget} nodes); predicted speedup = "
           f"tokens/forward over the cost of verifying 1 + k tokens, a {args.cost_tokens}-token forward costing "
           f"the ratio given\n")
     print(quality.markdown(results, args.cost_ratio, args.cost_tokens))
     if args.plot:
         values = {key: stats.tokens_per_forward for key, stats in results.items()}
-        return _plot("tokens_per_forward", values, [m.label for m in methods], list(datasets), args.plot,
+        return _plot("tokens_per_forward", values, [m.name for m in methods], list(datasets), args.plot,
                      "tokens per target forward (model-free replay)")
     return 0
 
@@ -189,9 +200,6 @@ def run_index(args) -> int:
 
     torch.set_num_threads(args.torch_threads)  # HF's get_candidates: torch's pool contends with other work
     sizes = sorted(set(args.sizes))
-    if not sizes or sizes[0] < 1 or args.steps < 1:
-        error(f"--sizes and --steps must be >= 1, got sizes {args.sizes} and steps {args.steps}")
-        return 1
     tokenizer = _tokenizer(args)
     datasets = load_datasets(args, tokenizer) if tokenizer is not None else {}
     need = sizes[-1] + 3 * (args.steps + 3)
@@ -216,6 +224,7 @@ def run_e2e(args) -> int:
     import torch
 
     from . import e2e
+    from .forcing import ForcedOutputs
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -223,20 +232,26 @@ def run_e2e(args) -> int:
     if setup is None:
         return 1
     model, datasets, eos, methods, force = setup
+    try:  # one hook for the run: CUDA graphs captured by lookahead's static cache keep its tensors
+        forced = ForcedOutputs([t for ts in datasets.values() for t in ts], eos, model.device) if force else None
+    except ValueError as reason:
+        error(f"the datasets cannot be forced together: {reason}")
+        return 1
     timings = []
     for name, traces in datasets.items():
-        timings += e2e.run_e2e(model, traces, name, methods, args.batch, eos, force, args.max_new, _progress(args))
+        timings += e2e.run_e2e(model, traces, name, methods, args.batch, eos, force, args.max_new, _progress(args),
+                               repeats=args.repeats, forced=forced)
     print(f"\nWall clock, {args.device} {args.dtype}, torch threads {torch.get_num_threads()}, "
           f"{'recorded outputs forced' if force else 'outputs written by the model'}, at most {args.max_new} new "
           f"tokens per prompt\n")
     print(e2e.markdown(timings))
     if any(t.mismatches for t in timings):
         error("some methods wrote different tokens than the first method (see 'same output')")
-    ratio = e2e.forward_cost_ratio(model, DEFAULT_COST_TOKENS)
-    print(f"\nForward cost ratio here: a {DEFAULT_COST_TOKENS}-token forward costs {ratio:.2f}x a 1-token forward "
-          f"(after 512 cached tokens)")
+    cost = e2e.measured_cost(model)
+    print(f"\nForward cost here (after 512 cached tokens, in one-token forwards): {DEFAULT_COST_TOKENS} tokens "
+          f"{cost(DEFAULT_COST_TOKENS - 1):.2f}x, 33 tokens {cost(32):.2f}x")
     if 1 in args.batch:
-        print(e2e.predicted_vs_measured(datasets, timings, ratio))
+        print(e2e.predicted_vs_measured(datasets, timings, cost))
     if args.plot:
         points = e2e.speedup_points(timings)
         return _plot("speedup_vs_batch", points, args.plot, f"speedup over greedy, {_target_name(args)}")
@@ -269,7 +284,7 @@ def _e2e_setup(args):
     params = sum(p.numel() for p in model.parameters())
     print(f"target: {_target_name(args)}, {params / 1e6:.0f}M parameters, vocabulary {model.config.vocab_size}")
     force = args.force if args.force is not None else args.model is None
-    return model, datasets, eos, args.methods or e2e.all_methods(), force
+    return model, datasets, eos, args.methods, force
 
 
 def _e2e_target(args):
@@ -279,16 +294,13 @@ def _e2e_target(args):
     from . import e2e
     from .traces_io import wrap_tokenizer
 
-    unknown = [m for m in args.methods or [] if m not in e2e.all_methods()]
-    shape = args.shape or "gpt2-small"
+    from .methods import METHODS
+
+    refused = [m for m in args.methods if METHODS[m].runner is None]
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         error("--device cuda: no CUDA device here")
-    elif unknown:
-        error(f"unknown method {unknown[0]!r}; available here: {', '.join(e2e.all_methods())}")
-    elif args.model is None and shape not in e2e.SHAPES:
-        error(f"unknown shape {shape!r}; expected one of {', '.join(e2e.SHAPES)}")
-    elif min(args.batch + [args.prompts, args.max_new, args.max_prompt]) < 1:
-        error("--batch, --prompts, --max-new and --max-prompt must be >= 1")
+    elif refused:
+        error(f"method {refused[0]!r} does not generate (a drafter for the model-free replay only)")
     elif args.model is None:
         tokenizer = _tokenizer(args)
         return None if tokenizer is None else (None, tokenizer)
@@ -310,7 +322,7 @@ def _e2e_workload(args, tokenizer, vocab: int) -> dict:
     """{name: traces}: at most max(--prompts, largest batch) distinct prompts of at most --max-prompt tokens each
     (synthetic ones over `vocab` ids with --synthetic)."""
     from . import e2e
-    from .forced import distinct_prompts
+    from .forcing import distinct_prompts
 
     count = max(args.prompts, max(args.batch))
     if args.synthetic:

@@ -1,8 +1,9 @@
-"""Wall-clock generation: plain greedy, Hugging Face prompt lookup and lookahead's modes on the same prompts.
+"""Wall-clock generation: transformers greedy, its prompt lookup and lookahead's methods on the same prompts.
 
-The target is a pretrained model, or a random-weight Llama of a given shape whose greedy choice is forced to replay
-recorded outputs (`ForcedReplay`): its forwards cost what the shape costs, its acceptance pattern is that of the model
-that wrote the traces. Every method must produce the same tokens; a run that does not is reported.
+The target is a pretrained model, or a random-weight Llama of a given shape forced to replay recorded outputs
+(`forcing.ForcedOutputs`, a forward hook: the forced tokens come from the device): its forwards cost what the shape
+costs, its acceptance pattern is that of the model that wrote the traces. Methods come from `methods.METHODS`
+(runner "hf" or "lookahead"); every method must write the same tokens, and a run that does not is reported.
 
 Example::
 
@@ -18,7 +19,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from .forced import ForcedReplay
+from .forcing import ForcedOutputs
+from .methods import E2E_DEFAULT, TREE_NODES, resolve
+from .timing import rotations, synchronize
 
 SHAPES = {
     "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
@@ -28,10 +31,8 @@ SHAPES = {
     "1b": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
                num_key_value_heads=8),  # Llama-3.2-1B's layout: about 1.2B parameters with a 50k vocabulary
 }
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
-GREEDY, HF_LOOKUP = "greedy", "hf-prompt-lookup"
-HF_NUM_TOKENS = 10  # prompt_lookup_num_tokens, as lookahead's num_draft_tokens
-TREE_NODES = 32  # max_draft_nodes of tree drafts
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+GREEDY, HF_LOOKUP = "hf-greedy", "hf-prompt-lookup-2"
 
 
 @dataclass
@@ -45,8 +46,15 @@ class Timing:
     prefill: float = 0.0     # seconds of the prompts' prefill (the same forward for every method), within `seconds`
     tokens: int = 0          # new tokens, all rows
     forwards: int = 0        # target forward calls (a batch forward counts once)
-    mismatches: int = 0      # rows whose output differs from the first method's
+    mismatches: int = 0      # rows whose output differs from the recording (forced) or from the first method's
     outputs: list = field(default_factory=list)  # new tokens of each prompt, in trace order
+
+    def add(self, outputs: list, seconds: float, prefill: float, forwards: int) -> None:
+        """Count one batch: its rows' new tokens, the call's seconds, the prefill's and the forwards."""
+        self.seconds, self.prefill = self.seconds + seconds, self.prefill + prefill
+        self.forwards += forwards
+        self.tokens += sum(len(row) for row in outputs)
+        self.outputs += outputs
 
     @property
     def tokens_per_second(self) -> float:
@@ -56,30 +64,6 @@ class Timing:
     def decode_tokens_per_second(self) -> float:
         """Tokens per second of decoding alone, the prefill taken out (what long outputs approach)."""
         return self.tokens / (self.seconds - self.prefill) if self.seconds > self.prefill else float("nan")
-
-
-def lookahead_modes() -> list:
-    """The modes `lookahead.generate` accepts here (checked, not assumed): "ngram", "suffix" and, where generate
-    verifies tree drafts, "suffix-tree"."""
-    import inspect
-
-    from ..generate import generate
-    from ..settings import make_settings
-
-    modes = []
-    for mode in ("ngram", "suffix"):
-        try:
-            make_settings(lookup=mode)
-        except (ValueError, TypeError):
-            continue
-        modes.append(mode)
-    if "suffix" in modes and "draft" in inspect.signature(generate).parameters:
-        modes.append("suffix-tree")
-    return modes
-
-
-def all_methods() -> list:
-    return [GREEDY, HF_LOOKUP] + [f"lookahead-{m}" for m in lookahead_modes()]
 
 
 def random_model(shape: str, vocab_size: int, eos: int | None = None, device: str = "cpu", dtype: str = "fp32",
@@ -99,7 +83,9 @@ def random_model(shape: str, vocab_size: int, eos: int | None = None, device: st
     config = LlamaConfig(vocab_size=vocab_size, max_position_embeddings=max_positions, bos_token_id=eos,
                          eos_token_id=eos, pad_token_id=eos, **SHAPES[shape])
     torch.manual_seed(seed)
-    return LlamaForCausalLM(config).to(device=device, dtype=DTYPES[dtype]).eval()
+    with torch.device(device):  # initialised where it runs: a 1B model's random init is slow on a CPU
+        model = LlamaForCausalLM(config)
+    return model.to(dtype=DTYPES[dtype]).eval()
 
 
 def pretrained_model(path_or_id: str, device: str = "cpu", dtype: str = "fp32"):
@@ -160,35 +146,32 @@ def left_pad(prompts, pad: int, device) -> tuple[torch.Tensor, torch.Tensor]:
     return ids.to(device), mask.to(device)
 
 
-def generate_with(method: str, model, ids, mask, max_new: int, eos: int, processors: list, draft_cost=None):
-    """Run one method (lookahead ones with `draft_cost`, see `lookahead.generate`); LongTensor [b, prompt + new]."""
-    from transformers import LogitsProcessorList
+def generate_with(method, model, ids, mask, max_new: int, eos: int, **extra):
+    """Run one method of `methods.METHODS` (``extra``: more generate arguments, e.g. lookahead's ``draft_cost``).
 
-    if method in (GREEDY, HF_LOOKUP):
-        extra = {"prompt_lookup_num_tokens": HF_NUM_TOKENS} if method == HF_LOOKUP else {}
-        return model.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=max_new, eos_token_id=eos,
-                              pad_token_id=eos, logits_processor=LogitsProcessorList(processors), **extra)
-    if not method.startswith("lookahead-"):
-        raise ValueError(f"unknown method {method!r}; expected one of {', '.join(all_methods())}")
+    Returns:
+        (LongTensor [b, prompt + new], lookahead's GenerationStats or None for transformers' methods).
+    """
+    common = dict(attention_mask=mask, max_new_tokens=max_new, eos_token_id=eos, pad_token_id=eos)
+    if method.runner == "hf":
+        return model.generate(ids, do_sample=False, **common, **method.options), None
     from ..generate import generate
 
-    mode = method.removeprefix("lookahead-")
-    tree = {"draft": "tree", "max_draft_nodes": TREE_NODES} if mode.endswith("-tree") else {}
-    return generate(model, ids, attention_mask=mask, lookup=mode.removesuffix("-tree"), num_draft_tokens=HF_NUM_TOKENS,
-                    max_new_tokens=max_new, eos_token_id=eos, pad_token_id=eos,
-                    logits_processor=LogitsProcessorList(processors), draft_cost=draft_cost, **tree)
+    extra = {k: v for k, v in extra.items() if v is not None}
+    return generate(model, ids, **common, **method.options, num_draft_tokens=10, return_stats=True, **extra)
 
 
-def run_e2e(model, traces, dataset: str = "traces", methods=None, batch_sizes=(1,), eos: int = 0, force: bool = True,
-            max_new: int = 128, progress=None, draft_cost=None) -> list:
+def run_e2e(model, traces, dataset: str = "traces", methods=E2E_DEFAULT, batch_sizes=(1,), eos: int = 0,
+            force: bool = True, max_new: int = 128, progress=None, draft_cost=None, repeats: int = 1,
+            forced: ForcedOutputs | None = None) -> list:
     """Time every method on the same prompts at each batch size; one `Timing` per (batch size, method).
 
     Args:
         model: the target (`random_model` or `pretrained_model`).
-        traces: (prompt_ids, output_ids) pairs; outputs are cut to `max_new` tokens.
+        traces: (prompt_ids, output_ids) pairs with distinct prompts; outputs are cut to `max_new` tokens.
         dataset: the name the timings carry.
-        methods: of `all_methods()` (default: all). HF prompt lookup runs at batch 1 only (transformers refuses
-            assisted generation for batches).
+        methods: names of `methods.METHODS` that generate. HF prompt lookup runs at batch 1 only (transformers
+            refuses assisted generation for batches).
         batch_sizes: prompts per `generate` call.
         eos: end-of-sequence and padding id, used by no trace.
         force: force the recorded outputs (random-weight targets); else the model writes `max_new` tokens.
@@ -196,102 +179,97 @@ def run_e2e(model, traces, dataset: str = "traces", methods=None, batch_sizes=(1
         progress: wraps the list of batches (e.g. ``tqdm``).
         draft_cost: lookahead's verification cost model (None: its default; "auto": measured during the warm-up,
             before any timing).
+        repeats: timed calls of each method on each batch, in rotated orders; each batch counts its median.
+        forced: the forcing hook to use (one over every dataset of a run: CUDA graphs that lookahead's static cache
+            captures keep the hook's tensors), else one is made for `traces` (when `force`).
     Returns:
         list of `Timing`.
     """
-    methods = list(methods or all_methods())
+    methods = resolve(methods, need="generate")
     traces = [(p, o[:max_new]) for p, o in traces]
-    processors = [ForcedReplay(traces, eos, eos)] if force else []
+    forced = (forced or ForcedOutputs(traces, eos, model.device)) if force else None
     calls = [0]
-    hook = model.register_forward_pre_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
+    hooks = [model.register_forward_pre_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))]
+    hooks += [forced.attach(model)] if forced is not None else []
     try:
         for method in methods:  # compile, allocate, load kernels before the clock runs
             ids, mask = left_pad([traces[0][0]], eos, model.device)
-            generate_with(method, model, ids, mask, 4, eos, processors, draft_cost)
+            _reset(forced)
+            generate_with(method, model, ids, mask, 4, eos, draft_cost=draft_cost)
         timings = []
         for batch in batch_sizes:
-            timings += _run_batches(model, traces, dataset, methods, batch, eos, force, max_new, processors, calls,
-                                    progress, draft_cost)
+            run = _Run(model, traces, dataset, batch, eos, max_new if not force else None, forced, calls, draft_cost)
+            timings += run.all(methods, progress, repeats, max_new)
     finally:
-        hook.remove()
+        for hook in hooks:
+            hook.remove()
     return timings
 
 
-def _run_batches(model, traces, dataset, methods, batch, eos, force, max_new, processors, calls, progress,
-                 draft_cost) -> list:
-    """Timings of each method at one batch size, the methods taking turns on each batch (so load drift is shared)."""
-    timings = {m: Timing(dataset, batch, m) for m in methods}
-    if batch > 1 and HF_LOOKUP in timings:
-        timings.pop(HF_LOOKUP)
-    chunks = [traces[i:i + batch] for i in range(0, len(traces), batch)]
-    for chunk in (progress(chunks, desc=f"{dataset} batch {batch}") if progress else chunks):
-        ids, mask = left_pad([p for p, _ in chunk], eos, model.device)
-        new = max(len(o) for _, o in chunk) + 1 if force else max_new
-        _, prefill = _timed(lambda: generate_with(GREEDY, model, ids, mask, 1, eos, processors), model.device)
-        outs = {}
-        for method, timing in timings.items():
-            calls[0] = 0
-            out, seconds = _timed(lambda: generate_with(method, model, ids, mask, new, eos, processors, draft_cost),
-                                  model.device)
-            outs[method] = _new_tokens(out, ids.shape[1], eos)
-            timing.seconds, timing.prefill = timing.seconds + seconds, timing.prefill + prefill
-            timing.forwards += calls[0]
-            timing.tokens += sum(len(row) for row in outs[method])
-            timing.outputs += outs[method]
-        reference = next(iter(outs.values()))
-        for method, rows in outs.items():
-            timings[method].mismatches += sum(a != b for a, b in zip(rows, reference))
-    return list(timings.values())
+def _reset(forced) -> None:
+    if forced is not None:
+        forced.reset()
+
+
+@dataclass
+class _Run:
+    """One batch size of `run_e2e`: the methods take turns on each batch (so load drift is shared)."""
+
+    model: object
+    traces: list
+    dataset: str
+    batch: int
+    eos: int
+    max_new: int | None  # None: each batch's longest recorded output + 1 (forced)
+    forced: object
+    calls: list
+    draft_cost: object
+
+    def all(self, methods, progress, repeats: int, limit: int) -> list:
+        timings = {m.name: Timing(self.dataset, self.batch, m.name) for m in methods
+                   if self.batch == 1 or m.name != HF_LOOKUP}
+        by_name = {m.name: m for m in methods}
+        chunks = [self.traces[i:i + self.batch] for i in range(0, len(self.traces), self.batch)]
+        for start in (progress(range(0, len(self.traces), self.batch), desc=f"{self.dataset} batch {self.batch}")
+                      if progress else range(0, len(self.traces), self.batch)):
+            chunk = self.traces[start:start + self.batch]
+            ids, mask = left_pad([p for p, _ in chunk], self.eos, self.model.device)
+            new = self.max_new or min(max(len(o) for _, o in chunk) + 1, limit)
+            prefill = float(np.median([self._timed(by_name.get(GREEDY), ids, mask, 1)[1]
+                                       for _ in range(max(repeats, 3))]))  # one noisy sample could exceed a call
+            outs, forwards, samples = {}, {}, {name: [] for name in timings}
+            for order in rotations(list(timings), repeats):
+                for name in order:
+                    out, seconds = self._timed(by_name[name], ids, mask, new)
+                    outs[name], forwards[name] = _new_tokens(out, ids.shape[1], self.eos), self.calls[0]
+                    samples[name].append(seconds)
+            reference = ([_until(self.forced.expected(self.forced.row_of(p), new), self.eos) for p, _ in chunk]
+                         if self.forced is not None else next(iter(outs.values())))
+            for name, timing in timings.items():
+                timing.add(outs[name], float(np.median(samples[name])), prefill, forwards[name])
+                timing.mismatches += sum(a != b for a, b in zip(outs[name], reference))
+        return list(timings.values())
+
+    def _timed(self, method, ids, mask, new: int) -> tuple:
+        """(output, wall-clock seconds) of one call, the device's queued work included."""
+        if method is None:
+            return None, 0.0
+        _reset(self.forced)
+        self.calls[0] = 0
+        synchronize(self.model.device)
+        start = time.perf_counter()
+        out, _ = generate_with(method, self.model, ids, mask, new, self.eos, draft_cost=self.draft_cost)
+        synchronize(self.model.device)
+        return out, time.perf_counter() - start
 
 
 def _new_tokens(out: torch.Tensor, prompt_len: int, eos: int) -> list:
     """Each row's new tokens up to its first eos."""
-    rows = []
-    for row in out[:, prompt_len:].tolist():
-        rows.append(row[: row.index(eos)] if eos in row else row)
-    return rows
+    return [_until(row, eos) for row in out[:, prompt_len:].tolist()]
 
 
-def _timed(fn, device) -> tuple:
-    """(fn(), wall-clock seconds it took, the device's queued work included)."""
-    _sync(device)
-    start = time.perf_counter()
-    result = fn()
-    _sync(device)
-    return result, time.perf_counter() - start
-
-
-def _sync(device) -> None:
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize()
-
-
-def forward_cost_ratio(model, tokens: int = 11, context: int = 512, repeats: int = 5) -> float:
-    """Measured time of a `tokens`-token forward over that of a one-token forward, after `context` cached tokens.
-
-    The ratio to pass to ``lookahead bench traces --cost-ratio`` (with ``--cost-tokens`` = `tokens`).
-    """
-    from ..verify import new_cache, rollback
-
-    vocab = model.get_output_embeddings().weight.shape[0]
-    ids = torch.randint(0, vocab, (1, context + tokens), generator=torch.Generator().manual_seed(0))
-    ids = ids.to(model.device)
-    cache = new_cache(model)
-    with torch.inference_mode():
-        model(input_ids=ids[:, :context], past_key_values=cache, use_cache=True)
-
-        def median_seconds(n: int) -> float:
-            times = []
-            for _ in range(repeats + 1):
-                _sync(model.device)
-                start = time.perf_counter()
-                model(input_ids=ids[:, context:context + n], past_key_values=cache, use_cache=True)
-                _sync(model.device)
-                times.append(time.perf_counter() - start)
-                rollback(cache, context)
-            return float(np.median(times[1:]))
-
-        return median_seconds(tokens) / median_seconds(1)
+def _until(tokens: list, eos: int) -> list:
+    return tokens[: tokens.index(eos)] if eos in tokens else tokens
 
 
 def speedups(timings: list) -> dict:
@@ -328,33 +306,41 @@ def markdown(timings: list) -> str:
         hf = f"{over_hf:.2f}x" if over_hf is not None and t.method != HF_LOOKUP else "—"
         same = "yes" if not t.mismatches else f"NO ({t.mismatches} rows)"
         lines.append(f"| {t.dataset} | {t.batch} | {t.method} | {t.tokens} | {t.tokens_per_second:.1f} | "
-                     f"{t.forwards} | {t.tokens / max(t.forwards, 1):.2f} | {over_greedy:.2f}x | {decode:.2f}x | {hf} | "
-                     f"{same} |")
+                     f"{t.forwards} | {t.tokens / max(t.forwards, 1):.2f} | {over_greedy:.2f}x | {decode:.2f}x | "
+                     f"{hf} | {same} |")
     return "\n".join(lines)
 
 
-def predicted_vs_measured(datasets: dict, timings: list, cost_ratio: float) -> str:
-    """Markdown: the speedup the model-free replay of greedy's outputs predicts with `cost_ratio` beside the
-    measured one, at batch 1.
+def measured_cost(model, context: int = 512):
+    """The verification cost curve of `model` here (`lookahead.calibrate.measure_draft_cost`, up to a tree's nodes):
+    sizes timed in turns, medians, never below a one-token forward and never decreasing, so that timing noise cannot
+    make a bigger forward look cheaper than a smaller one."""
+    from ..calibrate import measure_draft_cost
 
-    lookahead's rows replay a fixed budget of 10 drafts while `generate` sizes drafts by their expected payoff, so
-    the prediction is an estimate, not an identity.
+    return measure_draft_cost(model, context=context, max_tokens=TREE_NODES)
+
+
+def predicted_vs_measured(datasets: dict, timings: list, cost) -> str:
+    """Markdown: the speedup the model-free replay of greedy's outputs predicts for the cost model `cost` (a
+    `CostCurve`, see `measured_cost`) beside the measured one, at batch 1.
+
+    Each replayed step costs ``step_cost(cost, k)`` for its k drafted tokens or tree nodes. lookahead's rows replay
+    a fixed budget (10 drafts, 32 nodes) while `generate` sizes drafts by their expected payoff, so the prediction is
+    an estimate, not an identity.
     """
-    from . import quality
+    from .methods import METHODS
+    from .quality import replay_all
     from .replay import predicted_speedup
 
-    replayed = {"lookahead-ngram": "ngram", "lookahead-suffix": "suffix", "lookahead-suffix-tree": "suffix-tree",
-                HF_LOOKUP: "hf"}
-    methods = {m.key: m for m in quality.replay_methods()}
     written = {t.dataset: t.outputs for t in timings if t.batch == 1 and t.method == GREEDY}
-    lines = [f"\nPredicted (model-free replay of greedy's outputs, cost ratio {cost_ratio:.2f}) against measured "
+    lines = ["\nPredicted (model-free replay of greedy's outputs with the measured cost curve) against measured "
              "speedup over greedy, batch 1 (the prediction leaves the prefill out)\n",
              "| dataset | method | predicted | measured, decode only | measured, whole call |",
              "| --- | --- | ---: | ---: | ---: |"]
     for (dataset, batch, method), (measured, _, decode) in speedups(timings).items():
-        if batch == 1 and replayed.get(method) in methods and dataset in written:
+        if batch == 1 and METHODS[method].replayable and dataset in written:
             traces = [(p, np.asarray(o, np.int64)) for (p, _), o in zip(datasets[dataset], written[dataset]) if o]
-            stats = quality.replay_all([methods[replayed[method]]], {dataset: traces})
-            predicted = predicted_speedup(next(iter(stats.values())), cost_ratio)
+            stats = replay_all([METHODS[method]], {dataset: traces})
+            predicted = predicted_speedup(next(iter(stats.values())), cost)
             lines.append(f"| {dataset} | {method} | {predicted:.2f}x | {decode:.2f}x | {measured:.2f}x |")
     return "\n".join(lines)

@@ -1,12 +1,16 @@
-"""Make a model's greedy choice replay a recorded output, so that timing runs real forwards on a real workload.
+"""Make a model's greedy choice replay a recorded output, as a logits processor (host work at every verified
+position: for counting runs; timing runs use the device-side forward hook `forcing.ForcedOutputs`).
 
 A random-weight model costs what its shape costs but writes junk; forced to the recorded output, its forward passes
 are real while the acceptance pattern is that of the model that wrote the trace.
 """
 from __future__ import annotations
 
-import numpy as np
 import torch
+
+from .forcing import distinct_prompts
+
+__all__ = ["ForcedReplay", "distinct_prompts"]
 
 
 class ForcedReplay:
@@ -67,16 +71,3 @@ class ForcedReplay:
             if len(row) >= length and row[:length].tolist() == seq[:length]:
                 return seq
         raise KeyError("a row follows none of the recorded prompts")
-
-
-def distinct_prompts(traces) -> list:
-    """The traces whose prompt is neither a prefix of nor equal to an earlier kept trace's prompt (nor the reverse)."""
-    kept, groups = [], {}
-    for prompt, output in traces:
-        prompt_list = np.asarray(prompt).tolist()
-        group = groups.setdefault(tuple(prompt_list[: ForcedReplay.key_len]), [])
-        if any(p[: min(len(p), len(prompt_list))] == prompt_list[: min(len(p), len(prompt_list))] for p in group):
-            continue
-        group.append(prompt_list)
-        kept.append((prompt, output))
-    return kept

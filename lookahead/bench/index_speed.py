@@ -4,8 +4,9 @@ tokens, after a context of real text (n-grams must repeat as they do in practice
 Example::
 
     pool = token_pool(traces, 1_000_000 + 10_000)
-    results = measure(index_makers(), pool, sizes=(1_000, 32_000), steps=500)
-    print(markdown(results, list(index_makers()), (1_000, 32_000)))
+    makers = index_makers()
+    results = measure(makers, pool, sizes=(1_000, 32_000), steps=500)
+    print(markdown(results, list(makers), (1_000, 32_000)))
 """
 from __future__ import annotations
 
@@ -14,26 +15,21 @@ from typing import Callable
 
 import numpy as np
 
-from .quality import suffix_index_class
-from .peers import PromptLookup
+from .methods import INDEX_DEFAULT, Setup, resolve
+
+__all__ = ["INDEX_DEFAULT", "SIZES", "index_makers", "markdown", "measure", "synthetic_pool", "token_pool"]
 
 SIZES = (1_000, 8_000, 32_000, 128_000, 1_000_000)
-HF_LABEL = "HF prompt lookup (ngram 2)"
 # Peers that rescan the whole context every step only run where they finish in reasonable time.
-MAX_SIZE = {HF_LABEL: 32_000}
-MAX_STEPS = {HF_LABEL: 100}
+MAX_SIZE = {"hf-prompt-lookup-2": 32_000, "hf-prompt-lookup-4": 32_000, "vllm-ngram": 256_000}
+MAX_STEPS = {"hf-prompt-lookup-2": 100, "hf-prompt-lookup-4": 100}
 
 
-def index_makers() -> dict[str, Callable[[], object]]:
-    """Label -> fresh drafter: lookahead's indexes and HF prompt lookup (transformers' own ``get_candidates``)."""
-    from ..index import NgramIndex
-
-    makers = {"lookahead ngram": lambda: NgramIndex(max_ngram=4, min_ngram=1)}
-    suffix = suffix_index_class()
-    if suffix is not None:
-        makers["lookahead suffix"] = suffix
-    makers[HF_LABEL] = lambda: PromptLookup(2, 10, exact=True)
-    return makers
+def index_makers(names=INDEX_DEFAULT, external: dict | None = None) -> dict[str, Callable[[], object]]:
+    """Method name -> fresh drafter (see `methods.resolve`); HF prompt lookup is transformers' own
+    ``get_candidates``."""
+    setup = Setup(hf_exact=True)
+    return {m.name: (lambda make=m.make(setup): make(None)) for m in resolve(names, external, need="replay")}
 
 
 def token_pool(traces, size: int) -> np.ndarray:
@@ -87,7 +83,8 @@ def measure(makers: dict, pool: np.ndarray, sizes, steps: int, max_size: dict | 
         pool: tokens: the first ``size`` are the context, the next ``3 * (steps + 3)`` are appended step by step.
         sizes: context sizes.
         steps: timed steps per size (capped per label by ``max_steps``).
-        max_size, max_steps: per-label caps (default: HF prompt lookup at 32k tokens and 100 steps).
+        max_size, max_steps: per-label caps (default: HF prompt lookup at 32k tokens and 100 steps, vLLM's rule at
+            256k tokens).
         progress: wraps the list of (label, size) jobs (e.g. ``tqdm``).
         tree: time ``propose_tree(tree)`` instead of ``propose(10)``, for the drafters that have it (others skipped).
     """

@@ -1,9 +1,12 @@
-"""Hugging Face prompt lookup as a drafter (``extend(tokens)``, ``propose(max_tokens)``) for the replay and timings.
+"""Peer drafters that need no extra dependency, as proposers (``extend(tokens)``, ``propose(max_tokens)``) for the
+replay and the index timings: Hugging Face prompt lookup and vLLM's n-gram proposer.
 
-Its rule (transformers ``PromptLookupCandidateGenerator.get_candidates``): the longest suffix n-gram of the context,
+HF's rule (transformers ``PromptLookupCandidateGenerator.get_candidates``): the longest suffix n-gram of the context,
 ``n <= max_matching_ngram_size``, that occurs earlier with at least one token after it; of its occurrences, the
 leftmost; draft the ``num_output_tokens`` tokens that follow it (never past the end of the context). The same rule
-with a minimum n is vLLM's n-gram proposer, so ``prompt_lookup_kernel`` serves both.
+with a minimum n is vLLM's n-gram proposer (vllm/v1/spec_decode/ngram_proposer.py, ``prompt_lookup_min`` /
+``prompt_lookup_max``), so ``prompt_lookup_kernel`` serves both. SuffixDecoding (ArcticInference, an extra
+dependency) is wrapped in ``benchmarks/suffix_decoding.py``.
 """
 from __future__ import annotations
 
@@ -101,6 +104,34 @@ class PromptLookup:
         input_ids = torch.from_numpy(self._context.view()).view(1, n)
         candidates, _ = self._generator.get_candidates(input_ids)
         return candidates[0, n:n + max_tokens].numpy()
+
+
+class VllmNgram:
+    """vLLM v1 n-gram proposer rule, full rescan every step (``prompt_lookup_min``/``max`` = min_n/max_n).
+
+    Example:
+        >>> vllm = VllmNgram(1, 4)
+        >>> vllm.extend([5, 6, 7, 8, 5, 6])
+        >>> vllm.propose(2).tolist()
+        [7, 8]
+    """
+
+    def __init__(self, min_n: int = 1, max_n: int = 4, max_tokens: int = 10):
+        if not 1 <= min_n <= max_n:
+            raise ValueError(f"need 1 <= min_n <= max_n, got min_n={min_n}, max_n={max_n}")
+        self.min_n, self.max_n = min_n, max_n
+        self._out = np.empty(max_tokens, dtype=np.int32)
+        self._context = ContextBuffer(np.int32)
+        _warm_up()
+
+    def extend(self, tokens) -> None:
+        self._context.extend(tokens)
+
+    def propose(self, max_tokens: int) -> np.ndarray:
+        if max_tokens > len(self._out):
+            self._out = np.empty(max_tokens, dtype=np.int32)
+        count = prompt_lookup_kernel(self._context.view(), self.min_n, self.max_n, max_tokens, self._out)
+        return self._out[:count].astype(np.int64)
 
 
 _warm = []

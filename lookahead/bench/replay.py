@@ -4,8 +4,8 @@ Greedy speculative decoding accepts the longest prefix of the draft that equals 
 written, then the target's own next token comes free from the same forward. Replaying a recorded output
 therefore gives the exact number of target forwards a drafter needs, without the target:
 
-    for each step:   draft = propose(k), k = min(budget, tokens left)
-                     a = common prefix of draft and output[pos:]
+    for each step:   draft = propose(k), k = min(budget, tokens left)   (or a tree of `budget` nodes)
+                     a = common prefix of draft and output[pos:]  (a tree: its longest matching root path)
                      the step yields a + 1 tokens (a if that finishes the output); one target forward
                      the drafter is extended with those tokens
 
@@ -13,17 +13,25 @@ A drafter ("proposer") is any object with ``extend(tokens)`` and ``propose(max_t
 tree drafters also have ``propose_tree(max_nodes) -> Draft`` (`lookahead.index.Draft`) with ``parents[i] = -1`` for a
 child of the last context token, otherwise the index of the parent node (parents before children).
 
+Acceptance is the library's own (`lookahead.verify.greedy_accept`, `lookahead.verify.tree.greedy_tree_accept`), and
+so is the cost model of the predicted speedup (`lookahead.policy.step_cost`).
+
 Example::
 
     stats = replay_dataset(lambda trace: NgramIndex(max_ngram=4), traces, budget=10)
-    print(stats.tokens_per_forward, stats.acceptance_rate, predicted_speedup(stats, cost_ratio=1.1))
+    print(stats.tokens_per_forward, stats.acceptance_rate, predicted_speedup(stats, ratio_cost(1.1)))
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from typing import Callable, Iterable, Protocol
 
 import numpy as np
+
+from ..policy import as_cost, step_cost
+from ..verify import greedy_accept
+from ..verify.tree import greedy_tree_accept
 
 Trace = tuple[np.ndarray, np.ndarray]  # (prompt_ids, output_ids)
 DEFAULT_COST_TOKENS = 11  # a forward over the last token and 10 drafts
@@ -42,10 +50,11 @@ class ReplayStats:
     steps: int = 0      # target forwards
     drafted: int = 0    # draft tokens (tree nodes) proposed
     accepted: int = 0   # draft tokens accepted
+    draft_sizes: Counter = field(default_factory=Counter)  # draft tokens of a step -> steps that drafted that many
 
     def __add__(self, other: "ReplayStats") -> "ReplayStats":
-        return ReplayStats(self.tokens + other.tokens, self.steps + other.steps,
-                           self.drafted + other.drafted, self.accepted + other.accepted)
+        return ReplayStats(self.tokens + other.tokens, self.steps + other.steps, self.drafted + other.drafted,
+                           self.accepted + other.accepted, self.draft_sizes + other.draft_sizes)
 
     @property
     def tokens_per_forward(self) -> float:
@@ -60,77 +69,75 @@ class ReplayStats:
         return self.drafted / self.steps if self.steps else float("nan")
 
 
-def forward_cost(tokens, cost_ratio: float, cost_tokens: int = DEFAULT_COST_TOKENS):
-    """Cost of a forward over ``tokens`` tokens, relative to a one-token forward.
+def ratio_cost(cost_ratio: float, cost_tokens: int = DEFAULT_COST_TOKENS) -> tuple:
+    """The linear cost model ``(overhead 0, per_token)`` through a one-token forward (1) and a ``cost_tokens``-token
+    forward (``cost_ratio``), as `lookahead.policy.step_cost` takes it.
 
-    Linear through (1, 1) and (``cost_tokens``, ``cost_ratio``), extrapolated beyond: the extra cost of each verified
-    token is ``(cost_ratio - 1) / (cost_tokens - 1)`` (the model of ``lookahead.policy.DraftLength``). Memory-bound
-    decoding (a GPU at small batch) has ratios near 1; compute-bound decoding (CPU, large batch) larger ones.
+    Memory-bound decoding (a GPU at small batch) has ratios near 1; compute-bound decoding (CPU, large batch) larger
+    ones. A ratio below 1 (a bigger forward cheaper than a one-token one) is timing noise, and refused.
 
-    >>> forward_cost(6, cost_ratio=2.0, cost_tokens=11)
-    1.5
+    Raises:
+        ValueError: cost_ratio < 1 or cost_tokens < 2.
+
+    >>> ratio_cost(2.0, cost_tokens=11)
+    (0.0, 0.1)
     """
     if cost_tokens < 2:
         raise ValueError(f"cost_tokens must be >= 2, got {cost_tokens}")
-    if cost_ratio <= 0:
-        raise ValueError(f"cost_ratio must be > 0, got {cost_ratio}")
-    cost = 1.0 + (cost_ratio - 1.0) * (np.asarray(tokens, dtype=float) - 1) / (cost_tokens - 1)
-    return cost if np.ndim(cost) else float(cost)
+    if not cost_ratio >= 1:
+        raise ValueError(f"cost_ratio must be >= 1 (a bigger forward never costs less), got {cost_ratio}")
+    return 0.0, (cost_ratio - 1.0) / (cost_tokens - 1)
 
 
-def predicted_speedup(stats: ReplayStats, cost_ratio: float, cost_tokens: int = DEFAULT_COST_TOKENS) -> float:
+def predicted_speedup(stats: ReplayStats, cost) -> float:
     """Speedup over one-token decoding: output tokens over the summed cost of the replay's forwards.
 
-    Each step verifies 1 + d tokens (d drafted, tree nodes included) at ``forward_cost(1 + d)``; since the cost
-    is linear in d, the total needs only the step and draft counts. The drafter's own time is left out (a few
-    microseconds a step, see ``lookahead bench index``).
+    A step that drafted k tokens (tree nodes included) costs ``step_cost(cost, k)`` one-token forwards. The
+    drafter's own time is left out (a few microseconds a step, see ``lookahead bench index``).
 
     Args:
         stats: a replay's totals.
-        cost_ratio: cost of a ``cost_tokens``-token forward relative to a one-token forward.
-        cost_tokens: the forward size ``cost_ratio`` was measured at (default 11: the last token and 10 drafts).
+        cost: a `lookahead.policy.CostCurve`, an ``(overhead, per_token)`` pair (e.g. `ratio_cost`) or a per-token
+            cost.
     Returns:
         tokens / total cost; nan for an empty replay.
 
-    >>> round(predicted_speedup(ReplayStats(tokens=30, steps=10, drafted=200, accepted=20), cost_ratio=1.1), 3)
+    >>> round(predicted_speedup(ReplayStats(30, 10, 200, 20, Counter({20: 10})), ratio_cost(1.1)), 3)
     2.5
     """
     if not stats.steps:
         return float("nan")
-    slope = forward_cost(2, cost_ratio, cost_tokens) - 1.0
-    return stats.tokens / (stats.steps + slope * stats.drafted)
+    sizes = np.array(list(stats.draft_sizes), dtype=np.int64)
+    counts = np.array([stats.draft_sizes[k] for k in sizes], dtype=float)
+    return stats.tokens / float(np.sum(counts * step_cost(as_cost(cost), sizes)))
 
 
-def common_prefix_length(draft: np.ndarray, target: np.ndarray) -> int:
-    """Number of leading positions where ``draft`` equals ``target`` (greedy acceptance of a chain)."""
-    n = min(len(draft), len(target))
-    if n == 0:
-        return 0
-    mismatch = np.flatnonzero(np.asarray(draft[:n]) != np.asarray(target[:n]))
-    return int(mismatch[0]) if len(mismatch) else n
-
-
-def accepted_path_length(tokens: np.ndarray, parents: np.ndarray, target: np.ndarray) -> int:
-    """Length of the longest root path of a draft tree that matches ``target`` (greedy tree acceptance).
-
-    Args:
-        tokens: token of each node.
-        parents: parent index of each node, ``-1`` for children of the root (the last context token).
-        target: what the target writes next.
-    Returns:
-        number of accepted draft tokens.
-
-    >>> accepted_path_length(np.array([5, 6, 7]), np.array([-1, -1, 1]), np.array([6, 7, 9]))
-    2
-    """
-    tokens, parents = np.asarray(tokens), np.asarray(parents)
-    node, depth = -1, 0
-    while depth < len(target):
-        children = np.flatnonzero((parents == node) & (tokens == target[depth]))
-        if len(children) == 0:
-            break
-        node, depth = int(children[0]), depth + 1
+def _depths(parents: np.ndarray) -> np.ndarray:
+    """Depth of each node of a tree (1 for a child of the root); parents come before children."""
+    depth = np.empty(len(parents), dtype=np.int64)
+    for j, parent in enumerate(parents.tolist()):
+        depth[j] = 1 if parent < 0 else depth[parent] + 1
     return depth
+
+
+def _targets(output: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """``output[at]`` where it exists, -1 (no token) past its end."""
+    return np.where(at < len(output), output[np.minimum(at, len(output) - 1)], -1)[None, :]
+
+
+def _step(proposer, output: np.ndarray, pos: int, budget: int, tree: bool) -> tuple:
+    """(drafted, accepted) of one step at ``output[pos]``, the recorded output standing in for the target's argmax."""
+    if tree:
+        draft = proposer.propose_tree(budget)
+        tokens, parents = np.asarray(draft.tokens, np.int64), np.asarray(draft.parents, np.int64)
+        columns = pos + np.concatenate([[0], _depths(parents)])  # column 0 is the last context token
+        paths, _ = greedy_tree_accept(tokens[None], parents[None], np.array([len(tokens)]),
+                                      _targets(output, columns))
+        return len(tokens), len(paths[0])
+    room = min(budget, len(output) - pos)
+    draft = np.asarray(proposer.propose(room), dtype=np.int64)[:room]
+    accepted = greedy_accept(draft[None], np.array([len(draft)]), _targets(output, pos + np.arange(len(draft) + 1)))
+    return len(draft), int(accepted[0])
 
 
 def replay_trace(proposer: Proposer, prompt: np.ndarray, output: np.ndarray, budget: int = 10,
@@ -149,22 +156,18 @@ def replay_trace(proposer: Proposer, prompt: np.ndarray, output: np.ndarray, bud
     """
     if budget < 1:
         raise ValueError(f"budget must be >= 1, got {budget}")
+    output = np.asarray(output, dtype=np.int64)
     proposer.extend(prompt)
     stats = ReplayStats()
-    pos, total = 0, len(output)
-    while pos < total:
-        left = total - pos
-        target = output[pos:pos + min(budget, left)]
-        if tree:
-            draft = proposer.propose_tree(budget)
-            drafted, accepted = len(draft.tokens), accepted_path_length(draft.tokens, draft.parents, target)
-        else:
-            draft = np.asarray(proposer.propose(min(budget, left)))[:min(budget, left)]
-            drafted, accepted = len(draft), common_prefix_length(draft, target)
-        produced = min(accepted + 1, left)
+    pos = 0
+    while pos < len(output):
+        drafted, accepted = _step(proposer, output, pos, budget, tree)
+        produced = min(accepted + 1, len(output) - pos)
         proposer.extend(output[pos:pos + produced])
         pos += produced
-        stats += ReplayStats(produced, 1, drafted, accepted)
+        stats.tokens, stats.steps = stats.tokens + produced, stats.steps + 1
+        stats.drafted, stats.accepted = stats.drafted + drafted, stats.accepted + accepted
+        stats.draft_sizes[drafted] += 1
     return stats
 
 

@@ -1,0 +1,94 @@
+"""Host overhead of a decoding step (issue 12, item 2): the time a step spends outside the model's forward, for
+transformers' greedy and for lookahead's chains and trees, measured in the same run on a tiny model (one CPU
+thread), where the forward is cheap and the host's work shows.
+
+Host time per step = (the call - everything up to the end of the prefill - the forwards after it) / the forwards after
+the prefill: drafting, acceptance, cache commit, logits processing and bookkeeping. Each method is reported as a
+ratio to transformers' greedy host time per step at the same batch size (issue targets at batch 1: chains <= 0.15x,
+trees <= 0.30x).
+
+Example::
+
+    rows = run_host(random_model("tiny", 50257, 50256), traces, eos=50256)
+    print(markdown(rows))
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .e2e import left_pad
+from .forcing import ForcedOutputs
+from .methods import resolve
+from .steps import Batch, run_rounds
+from .timing import ForwardTimer, spread
+
+METHODS = ("hf-greedy", "lookahead-ngram", "lookahead-suffix", "lookahead-suffix-tree")
+TARGETS = {"lookahead-ngram": 0.15, "lookahead-suffix": 0.15, "lookahead-suffix-tree": 0.30}  # at batch 1
+
+
+@dataclass
+class HostRow:
+    batch: int
+    method: str
+    host_ms: tuple        # (median, min, max) over rounds: host milliseconds per step
+    forward_ms: float     # forward milliseconds per step (median round)
+    steps: int
+    tokens: int
+    mismatches: int
+    phases: dict              # lookahead's host ms per step by phase (median round; empty for transformers)
+    ratio: float = float("nan")  # median host time over hf-greedy's at the same batch size
+
+
+def run_host(model, traces: list, eos: int, batches=(1, 8, 16), prompts_at_1: int = 4, repeats: int = 3,
+             max_new: int = 128, methods=METHODS, log=None) -> list:
+    """HostRows for every batch size and method (batch 1: `prompts_at_1` prompts one by one; batch b: the first b
+    prompts in one call; methods in turns, a warm-up call each)."""
+    forced = ForcedOutputs(traces, eos, model.device)
+    hook = forced.attach(model)
+    timer = ForwardTimer(model.device)
+    rows = []
+    try:
+        for batch in batches:
+            if batch > len(traces):
+                continue
+            groups = [[i] for i in range(min(prompts_at_1, len(traces)))] if batch == 1 else [list(range(batch))]
+            calls = [Batch(*left_pad([traces[i][0] for i in g], eos, model.device), tuple(g), max_new) for g in groups]
+            say = (lambda line, b=batch: log(f"batch {b}: {line}")) if log else None
+            samples, _ = run_rounds(model, resolve(methods, need="generate"), calls, forced, timer, eos, repeats,
+                                    log=say)
+            rows += [_row(batch, name, runs) for name, runs in samples.items()]
+    finally:
+        hook.remove()
+    greedy = {r.batch: r.host_ms[0] for r in rows if r.method == "hf-greedy"}
+    for r in rows:
+        r.ratio = r.host_ms[0] / greedy[r.batch] if r.batch in greedy else float("nan")
+    return rows
+
+
+def _row(batch: int, method: str, runs: list) -> HostRow:
+    host = [1e3 * (s.decode_seconds - s.forward_seconds) / max(s.steps, 1) for s in runs]
+    median = runs[int(np.argsort(host)[len(host) // 2])]
+    steps = max(median.steps, 1)
+    phases = {k: 1e3 * median.phases.get(k, 0.0) / steps for k in ("draft", "accept", "commit") if median.phases}
+    return HostRow(batch, method, spread(host), 1e3 * median.forward_seconds / steps, median.steps, median.tokens,
+                   sum(s.mismatches for s in runs), phases)
+
+
+def markdown(rows: list) -> str:
+    """One row per (batch, method): host ms per step (median, min-max), the ratio to transformers' greedy, the
+    target where the issue sets one, lookahead's own split of its host time (``GenerationStats.seconds``, when
+    reported), the forward's ms per step and tokens per step."""
+    lines = ["| batch | method | host ms/step (min-max) | vs hf-greedy host | target (batch 1) | of which draft | "
+             "accept | commit | forward ms/step | steps | tokens/step | same as recorded |",
+             "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+    for r in rows:
+        med, lo, hi = r.host_ms
+        goal = TARGETS.get(r.method) if r.batch == 1 else None
+        target = "—" if goal is None else f"<= {goal:.2f}x {'✓' if r.ratio <= goal else '✗'}"
+        phases = " | ".join(f"{r.phases[k]:.3f}" if k in r.phases else "—" for k in ("draft", "accept", "commit"))
+        lines.append(f"| {r.batch} | {r.method} | {med:.3f} ({lo:.3f}-{hi:.3f}) | {r.ratio:.2f}x | {target} | "
+                     f"{phases} | {r.forward_ms:.3f} | {r.steps} | {r.tokens / max(r.steps + 1, 1):.2f} | "
+                     f"{'yes' if not r.mismatches else f'NO ({r.mismatches} rows)'} |")
+    return "\n".join(lines)

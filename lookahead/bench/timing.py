@@ -1,0 +1,141 @@
+"""Timing of generate calls and of the forwards inside them, and methods run in turns so that drift in the
+machine's speed falls on all of them alike.
+
+`ForwardTimer` hooks a model: on CUDA it records a pair of CUDA events around every forward (the forward's span on
+the device's timeline; in eager mode that includes the gaps where the GPU waits for the host's launches), on a CPU
+it reads `time.perf_counter` around it. Forwards replayed from a CUDA graph run no
+hooks: they go unseen (and a call whose forwards were not all seen reports no forward time, see `steps`).
+`timed_call` runs one call and returns a `Call`: wall-clock seconds (the
+device's queued work included), each forward's start and duration, and the call's output.
+
+Example::
+
+    timer = ForwardTimer(model.device)
+    handles = timer.attach(model)
+    call = timed_call(lambda: model.generate(ids, max_new_tokens=32), timer)
+    print(call.seconds, call.forward_seconds, call.host_seconds_per_step)
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+
+@dataclass
+class Call:
+    """One timed call: ``seconds`` wall clock; ``starts``/``durations`` of each forward in seconds from the call's
+    start (None when the forwards were not seen, e.g. inside a CUDA graph); the call's ``result``."""
+
+    seconds: float
+    starts: np.ndarray | None
+    durations: np.ndarray | None
+    result: object = None
+
+    @property
+    def forwards(self) -> int:
+        return 0 if self.durations is None else len(self.durations)
+
+    @property
+    def forward_seconds(self) -> float:
+        """Time inside forwards, the prefill included (nan when not seen)."""
+        return float(self.durations.sum()) if self.forwards else float("nan")
+
+    @property
+    def decode_seconds(self) -> float:
+        """From the end of the prefill (the first forward) to the end of the call."""
+        return self.seconds - float(self.starts[0] + self.durations[0]) if self.forwards else float("nan")
+
+    @property
+    def host_seconds_per_step(self) -> float:
+        """Time per decoding step spent outside the model's forwards: the call less everything up to the end of the
+        prefill and less the forwards after it, over the forwards after the prefill."""
+        if self.forwards < 2:
+            return float("nan")
+        return (self.decode_seconds - float(self.durations[1:].sum())) / (self.forwards - 1)
+
+
+class ForwardTimer:
+    """Times each forward of the models it is attached to (see module docstring)."""
+
+    def __init__(self, device):
+        self.cuda = torch.device(device).type == "cuda"
+        self._marks: list = []  # per forward: (start, end) events on CUDA, perf_counter floats on a CPU
+        self._open = None
+
+    def attach(self, model) -> list:
+        """Register the pre- and post-forward hooks; returns the handles (call `.remove()` on each)."""
+        return [model.register_forward_pre_hook(self._before), model.register_forward_hook(self._after)]
+
+    def _now(self):
+        if not self.cuda:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def _before(self, module, args):
+        if not _capturing():
+            self._open = self._now()
+
+    def _after(self, module, args, output):
+        if not _capturing():  # a CUDA graph being captured: its replays run no hooks, so count none
+            self._marks.append((self._open, self._now()))
+
+    def start(self) -> object:
+        """Forget earlier forwards; return the call's start mark."""
+        self._marks = []
+        return self._now()
+
+    def spans(self, start) -> tuple:
+        """(starts, durations) in seconds of the forwards since `start` (synchronizes the device)."""
+        if not self._marks:
+            return None, None
+        if self.cuda:
+            torch.cuda.synchronize()
+            begin = [start.elapsed_time(a) / 1e3 for a, _ in self._marks]
+            length = [a.elapsed_time(b) / 1e3 for a, b in self._marks]
+        else:
+            begin = [a - start for a, _ in self._marks]
+            length = [b - a for a, b in self._marks]
+        return np.array(begin), np.array(length)
+
+
+def _capturing() -> bool:
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
+def synchronize(device) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+def timed_call(fn, timer: ForwardTimer | None = None, device="cpu") -> Call:
+    """Run ``fn()`` once and time it and (with a timer attached to the model) each forward inside it."""
+    device = "cuda" if timer is not None and timer.cuda else device
+    synchronize(device)
+    mark = timer.start() if timer is not None else None
+    begin = time.perf_counter()
+    result = fn()
+    synchronize(device)
+    seconds = time.perf_counter() - begin
+    starts, durations = timer.spans(mark) if timer is not None else (None, None)
+    return Call(seconds, starts, durations, result)
+
+
+def rotations(names: list, rounds: int) -> list:
+    """``rounds`` orders of ``names``, each rotated by one more place (round-robin: no method always goes first).
+
+    >>> rotations(["a", "b", "c"], 2)
+    [['a', 'b', 'c'], ['b', 'c', 'a']]
+    """
+    n = max(len(names), 1)
+    return [names[r % n:] + names[: r % n] for r in range(rounds)]
+
+
+def spread(values) -> tuple:
+    """(median, min, max) of a non-empty sequence."""
+    values = np.asarray(values, dtype=float)
+    return float(np.median(values)), float(values.min()), float(values.max())

@@ -1,0 +1,165 @@
+"""Forced replay on the device (`ForcedOutputs`), forward timing and the GPU and host-overhead harnesses, on tiny
+shapes on a CPU."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from lookahead.bench import e2e, gpu, host
+from lookahead.bench.forcing import ForcedOutputs, distinct_prompts
+from lookahead.bench.methods import resolve
+from lookahead.bench.timing import Call, rotations
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def setup():
+    """Three traces with outputs of different lengths (rows finish at different steps) and a tiny forced model."""
+    traces = e2e.synthetic_traces(3, prompt_len=40, new_tokens=20, vocab=90, seed=1)
+    traces = [(p, o[:n]) for (p, o), n in zip(traces, [20, 7, 13])]
+    vocab, eos = e2e.free_id(traces, 90)
+    return traces, eos, e2e.random_model("tiny", vocab, eos)
+
+
+def written(out, width: int, eos: int) -> list:
+    return [row[: row.index(eos) + 1] if eos in row else row for row in out[:, width:].tolist()]
+
+
+@pytest.mark.parametrize("name", ["hf-greedy", "hf-greedy-static", "lookahead-none", "lookahead-ngram",
+                                  "lookahead-suffix", "lookahead-suffix-tree", "lookahead-suffix-tree-static"])
+def test_forced_batches_write_the_recording(setup, name):
+    """Every method writes each row's recorded output; lookahead's shrinking batch is re-identified at most once per
+    finished row."""
+    traces, eos, model = setup
+    forced = ForcedOutputs(traces, eos, model.device)
+    handle = forced.attach(model)
+    try:
+        ids, mask = e2e.left_pad([p for p, _ in traces], eos, "cpu")
+        forced.reset()
+        out, _ = e2e.generate_with(resolve([name])[0], model, ids, mask, 24, eos)
+    finally:
+        handle.remove()
+    assert written(out, ids.shape[1], eos) == [forced.expected(i, 24) for i in range(3)]
+    assert 1 <= forced.identified <= 3
+
+
+def test_forced_prompt_lookup_sends_prompt_and_draft_at_once(setup):
+    """transformers' prompt lookup verifies its first draft in the prefill: rows are found by their prompt prefix."""
+    traces, eos, model = setup
+    forced = ForcedOutputs(traces, eos, model.device)
+    handle = forced.attach(model)
+    try:
+        for i, (prompt, _) in enumerate(traces):
+            ids, mask = e2e.left_pad([prompt], eos, "cpu")
+            forced.reset()
+            out, _ = e2e.generate_with(resolve(["hf-prompt-lookup-2"])[0], model, ids, mask, 24, eos)
+            assert written(out, ids.shape[1], eos) == [forced.expected(i, 24)]
+    finally:
+        handle.remove()
+
+
+def fake_forward(forced, input_ids, position_ids, vocab=100, mask=None):
+    """Call the hook as a model's forward would, on zero logits; return the argmax it forces."""
+    output = SimpleNamespace(logits=torch.zeros(*input_ids.shape, vocab))
+    forced.hook(None, (), {"input_ids": input_ids, "position_ids": position_ids, "attention_mask": mask}, output)
+    return output.logits.argmax(-1).tolist()
+
+
+def test_tree_columns_are_forced_by_their_depth():
+    """A tree column gets the recorded token after its position (row position + depth), whatever its index."""
+    forced = ForcedOutputs([([5, 6], [7, 8, 9])], eos_token_id=99)
+    assert fake_forward(forced, torch.tensor([[5, 6]]), torch.tensor([[0, 1]]), mask=torch.ones(1, 2)) == [[6, 7]]
+    #        root (pos 2), two children (depth 1), a grandchild (depth 2): next tokens by position
+    got = fake_forward(forced, torch.tensor([[7, 8, 3, 9]]), torch.tensor([[2, 3, 3, 4]]))
+    assert got == [[8, 9, 9, 99]]
+
+
+def test_survivors_are_matched_by_position_and_token():
+    """When a row finishes the next forward has fewer rows: the survivors keep their traces, in order."""
+    forced = ForcedOutputs([([1, 2], [3, 4, 5]), ([6, 7], [8, 9, 10])], eos_token_id=99)
+    for token, forced_next in ((9, 10), (4, 5)):
+        fake_forward(forced, torch.tensor([[1, 2], [6, 7]]), torch.tensor([[0, 1], [0, 1]]), mask=torch.ones(2, 2))
+        assert fake_forward(forced, torch.tensor([[token]]), torch.tensor([[3]])) == [[forced_next]]
+    fake_forward(forced, torch.tensor([[1, 2], [6, 7]]), torch.tensor([[0, 1], [0, 1]]), mask=torch.ones(2, 2))
+    with pytest.raises(RuntimeError, match="a row with token 50 at position 3 follows none of the 2 previous rows"):
+        fake_forward(forced, torch.tensor([[50]]), torch.tensor([[3]]))
+
+
+def test_unknown_prompts_are_left_alone():
+    """A forward that starts with no recorded prompt (a calibration forward) keeps its logits."""
+    forced = ForcedOutputs([([1, 2], [3])], eos_token_id=99)
+    assert fake_forward(forced, torch.tensor([[50, 51]]), torch.tensor([[0, 1]]), mask=torch.ones(1, 2)) == [[0, 0]]
+    assert forced.batch == 0
+
+
+@pytest.mark.parametrize("traces, message", [
+    ([], "traces must hold at least one"),
+    ([([], [1])], "every prompt must hold at least one token"),
+    ([([0, 1], [2])], "a prompt starts with pad_token_id=0"),
+    ([([1, 2], [3]), ([1, 2, 4], [5])], "the prompts of traces 0 and 1 are prefixes of one another"),
+])
+def test_forced_outputs_refuses_traces_it_cannot_tell_apart(traces, message):
+    """Each refusal names what is wrong."""
+    with pytest.raises(ValueError, match=message):
+        ForcedOutputs(traces, eos_token_id=9, pad_token_id=0)
+
+
+def test_distinct_prompts_drops_prefixes_and_repeats():
+    """Only the first of prompts that extend or repeat one another is kept."""
+    traces = [([1, 2], [3]), ([1, 2, 4], [5]), ([1, 2], [6]), ([7], [8])]
+    assert [p for p, _ in distinct_prompts(traces)] == [[1, 2], [7]]
+
+
+def test_call_accounting():
+    """Host time per step is the call less everything up to the end of the prefill and less the later forwards."""
+    call = Call(seconds=1.0, starts=np.array([0.1, 0.5, 0.7]), durations=np.array([0.2, 0.1, 0.1]))
+    assert call.decode_seconds == pytest.approx(0.7) and call.host_seconds_per_step == pytest.approx(0.25)
+    assert rotations(["a", "b"], 3) == [["a", "b"], ["b", "a"], ["a", "b"]]
+
+
+def test_gpu_plan_on_tiny_shapes(setup):
+    """The GPU harness runs every method on a CPU, finds each output equal to the recording, fills the targets."""
+    traces, eos, model = setup
+    workloads = {"code-edit": traces[:2], "no-copy": traces[2:]}
+    plan = gpu.Plan(device="cpu", batches=(1, 2), prompts_at_1=1, repeats=2, context=48, max_new=24)
+    rows = gpu.run_plan(model, workloads, plan, eos, log=lambda line: None)
+    assert {(r.workload, r.batch) for r in rows} == {("code-edit", 1), ("code-edit", 2), ("no-copy", 1)}
+    assert all(r.mismatches == 0 and r.tokens > 0 for r in rows)
+    assert [r.method for r in rows if r.batch == 2] == [m for m in plan.methods if m != gpu.LOOKUP]
+    table = gpu.markdown(rows)
+    assert "### Targets (issue 12)" in table and "| code-edit, batch 1: >= 4x fastest greedy |" in table
+    json.dumps(gpu.as_json(rows, plan, {}))
+
+
+def test_host_overhead_rows(setup):
+    """The host-overhead harness reports every method at every batch size as a ratio to transformers' greedy."""
+    traces, eos, model = setup
+    rows = host.run_host(model, traces, eos, batches=(1, 3), prompts_at_1=1, repeats=1, max_new=24)
+    assert [(r.batch, r.method) for r in rows] == [(b, m) for b in (1, 3) for m in host.METHODS]
+    assert all(r.mismatches == 0 and np.isfinite(r.ratio) for r in rows)
+    assert "| 1 | lookahead-suffix-tree |" in host.markdown(rows) and "<= 0.30x" in host.markdown(rows)
+
+
+def test_gpu_script_runs_from_exported_traces(setup, tmp_path):
+    """`python benchmarks/gpu.py` reads a trace folder, prints the tables and writes gpu.md and gpu.json."""
+    traces, eos, _ = setup
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    (folder / "code-edit.jsonl").write_text("".join(
+        json.dumps({"prompt_ids": p.tolist(), "output_ids": o.tolist()}) + "\n" for p, o in traces))
+    done = subprocess.run(
+        [sys.executable, "benchmarks/gpu.py", "--traces", str(folder), "--workloads", "code-edit", "--device", "cpu",
+         "--shape", "tiny", "--dtype", "fp32", "--batch", "1", "--prompts", "1", "--repeats", "1", "--max-new", "8",
+         "--methods", "hf-greedy", "lookahead-ngram", "--out", str(tmp_path / "out"), "--threads", "1"],
+        cwd=ROOT, capture_output=True, text=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    assert "| lookahead-ngram |" in done.stdout and (tmp_path / "out" / "gpu.json").exists()
+    bad = subprocess.run([sys.executable, "benchmarks/gpu.py", "--repeats", "0"], cwd=ROOT, capture_output=True,
+                         text=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert bad.returncode == 2 and "argument --repeats: expected an integer >= 1, got '0'" in bad.stderr

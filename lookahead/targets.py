@@ -80,7 +80,10 @@ class CausalLM:
             grown = torch.zeros((len(self._slots), 2 * end), dtype=self._slots.dtype, device=self._slots.device)
             grown[:, : self.width] = self.mask
             self._slots = grown
-        self._slots[:, self.width:end] = to_device(step, self._slots.device, self._slots.dtype)
+        if self._slots.is_cuda:
+            self._slots[:, self.width:end] = to_device(step, self._slots.device, self._slots.dtype)
+        else:  # numpy's assignment into the same memory: a fraction of torch's per-call cost
+            self._slots.numpy()[:, self.width:end] = step
         return self._slots[:, :end]
 
     def sources(self) -> list:
@@ -98,7 +101,7 @@ class CausalLM:
 
     def verify(self, last: np.ndarray, batch, stats) -> torch.Tensor:
         """One forward over [last token, draft nodes] of every row; the logits after each of them [b, N+1, V]."""
-        device = self.mask.device
+        device = self._slots.device
         tokens = to_device(np.concatenate([last[:, None], batch.tokens], axis=1), device)
         if batch.chain:
             cols = np.arange(batch.width + 1)
@@ -113,7 +116,7 @@ class CausalLM:
 
     def commit(self, batch, verdict) -> None:
         """Keep each row's last token and accepted drafts in the cache; mask the slots of rows that accepted fewer."""
-        start = self.mask.shape[1]
+        start = self.width
         if verdict.paths is None:
             width = int(verdict.counts.max()) + 1
             rollback(self.cache, start + width)

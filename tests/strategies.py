@@ -56,3 +56,21 @@ def memory_calls(draw, max_calls: int = 10) -> list:
     row = st.tuples(st.just("row"), st.sampled_from(["ngram", "suffix"]), st.lists(any_tokens(30), max_size=2),
                     any_tokens(40))
     return draw(st.lists(st.one_of(add, row), max_size=max_calls))
+
+
+def replay_calls(index, calls) -> list:
+    """What the index answers to each call: ("extend", tokens), ("mark",), ("chain", k) or ("tree", k); an index
+    without begin_request or propose_tree (the n-gram index) skips those calls."""
+    seen = []
+    for name, *args in calls:
+        if name == "extend":
+            index.extend(args[0])
+        elif name == "mark" and hasattr(index, "begin_request"):
+            index.begin_request()
+        elif name == "chain":
+            seen.append(index.propose(args[0]).tolist())
+        elif name == "tree" and hasattr(index, "propose_tree"):
+            draft = index.propose_tree(args[0])
+            seen.append((draft.tokens.tolist(), draft.parents.tolist(), draft.probs.tolist(), draft.match_length))
+        seen.append((len(index), index.match_length))
+    return seen

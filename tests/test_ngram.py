@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lookahead.index import MAX_DRAFT, NgramIndex
-from strategies import chunked, index_calls, token_lists
+from strategies import chunked, index_calls, replay_calls, token_lists
 
 
 def naive_longest_match(tokens, min_ngram, max_ngram):
@@ -179,20 +179,8 @@ def test_a_copy_behaves_exactly_like_the_original(calls, max_ngram):
     for tokens in base:
         original.extend(tokens)
     twin = original.copy()
-    on_twin = _replay(twin, rest)
+    on_twin = replay_calls(twin, rest)
     fresh = NgramIndex(max_ngram)
     fresh.extend([t for tokens in base for t in tokens])
-    assert _replay(original.copy(), [("chain", 16)]) == _replay(fresh, [("chain", 16)])
-    assert _replay(original, rest) == on_twin
-
-
-def _replay(index, calls) -> list:
-    """What the index answers to each call: ("extend", tokens) or ("chain", k) (others are the suffix index's)."""
-    seen = []
-    for name, *args in calls:
-        if name == "extend":
-            index.extend(args[0])
-        elif name == "chain":
-            seen.append(index.propose(args[0]).tolist())
-        seen.append((len(index), index.match_length))
-    return seen
+    assert replay_calls(original.copy(), [("chain", 16)]) == replay_calls(fresh, [("chain", 16)])
+    assert replay_calls(original, rest) == on_twin

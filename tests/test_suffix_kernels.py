@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 from lookahead.index import SuffixIndex
 from lookahead.index import _suffix_build as K
 from lookahead.index._suffix_reference import Text, rank, rejoin
-from strategies import any_tokens, index_calls
+from strategies import any_tokens, index_calls, replay_calls
 
 HALF_LIVES = st.sampled_from([1.0, 16.0, 512.0])
 
@@ -79,28 +79,11 @@ def test_a_copy_behaves_exactly_like_the_original(calls):
     for tokens in base:
         original.extend(tokens)
     twin = original.copy()
-    on_twin = _replay(twin, rest)
+    on_twin = replay_calls(twin, rest)
     fresh = SuffixIndex()
     fresh.extend([t for tokens in base for t in tokens])
-    assert _replay(original.copy(), [("tree", 16), ("chain", 16)]) == _replay(fresh, [("tree", 16), ("chain", 16)])
-    assert _replay(original, rest) == on_twin
-
-
-def _replay(index, calls) -> list:
-    """What the index answers to each call: ("extend", tokens), ("mark",), ("chain", k) or ("tree", k)."""
-    seen = []
-    for name, *args in calls:
-        if name == "extend":
-            index.extend(args[0])
-        elif name == "mark":
-            index.begin_request()
-        elif name == "chain":
-            seen.append(index.propose(args[0]).tolist())
-        else:
-            draft = index.propose_tree(args[0])
-            seen.append((draft.tokens.tolist(), draft.parents.tolist(), draft.probs.tolist(), draft.match_length))
-        seen.append((len(index), index.match_length))
-    return seen
+    assert replay_calls(original.copy(), [("tree", 16), ("chain", 16)]) == replay_calls(fresh, [("tree", 16), ("chain", 16)])
+    assert replay_calls(original, rest) == on_twin
 
 
 def test_a_copy_of_an_empty_index_grows_on_its_own():

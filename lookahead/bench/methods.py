@@ -18,6 +18,8 @@ import argparse
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
+from transformers import CompileConfig
+
 from ..index import NgramIndex, SuffixIndex
 from .oracles import AnchoredOracle, HindsightOracle
 from .peers import PromptLookup, VllmNgram
@@ -72,6 +74,7 @@ _NGRAM = _same(lambda setup: NgramIndex(max_ngram=4, min_ngram=1))
 _SUFFIX = _same(lambda setup: SuffixIndex())
 _TREE = {"draft": "tree", "max_draft_nodes": TREE_NODES}
 _STATIC = {"cache_implementation": "static"}
+_COMPILED = CompileConfig(fullgraph=False, dynamic=False)  # lookahead captures the graphs itself
 _SD = "arctic-inference (benchmarks/suffix_decoding.py; see benchmarks/README.md)"
 
 METHODS: dict[str, Method] = {m.name: m for m in [
@@ -88,6 +91,10 @@ METHODS: dict[str, Method] = {m.name: m for m in [
            options={"lookup": "suffix", **_STATIC}),
     Method("lookahead-suffix-tree-static", "lookahead-suffix-tree with cache_implementation='static'",
            runner="lookahead", options={"lookup": "suffix", **_TREE, **_STATIC}),
+    Method("lookahead-ngram-static-compiled", "lookahead-ngram-static, its step compiled (compile_config)",
+           runner="lookahead", options={"lookup": "ngram", **_STATIC, "compile_config": _COMPILED}),
+    Method("lookahead-suffix-tree-static-compiled", "lookahead-suffix-tree-static, its step compiled (compile_config)",
+           runner="lookahead", options={"lookup": "suffix", **_TREE, **_STATIC, "compile_config": _COMPILED}),
     Method("hf-greedy", "transformers greedy, dynamic cache", runner="hf"),
     Method("hf-greedy-static", "transformers greedy, static cache (compiled with CUDA graphs on a GPU)",
            runner="hf", options=_STATIC),

@@ -187,9 +187,11 @@ def decode(model, input_ids, logits_processor, stopping_criteria, generation_con
                              settings.memory, settings.num_draft_tokens))
     if settings.streamer is not None:  # transformers never sees it, so it did not put the prompt
         settings.streamer.put(input_ids.cpu())
-    with torch.inference_mode():
-        outs = _decode(target, rows, run, max_new)
-    run.streamer.end()
+    try:
+        with torch.inference_mode():
+            outs = _decode(target, rows, run, max_new)
+    finally:  # a failed call still ends the streamer, so that a thread reading it does not wait forever
+        run.streamer.end()
     settings.stats.new_tokens_by_row = [len(o) for o in outs]
     settings.stats.forwards_by_row = settings.stats.forwards_by_row.tolist()
     settings.stats.new_tokens = sum(settings.stats.new_tokens_by_row)

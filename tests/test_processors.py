@@ -207,3 +207,19 @@ def test_assistant_model_and_batched_streamer_are_refused(model):
     with pytest.raises(ValueError, match="past_key_values: lookahead starts from an empty cache"):
         cache = model(ids, use_cache=True).past_key_values
         generate(model, ids, max_new_tokens=5, past_key_values=cache)
+
+
+def test_a_failing_call_still_ends_the_streamer(model, monkeypatch):
+    """An error inside the loop reaches the caller and the streamer is ended, so no reader waits forever."""
+    import importlib
+
+    streamer = Chunks()
+    targets = importlib.import_module("lookahead.targets")
+
+    def broken(self, *args):
+        raise RuntimeError("forward failed")
+
+    monkeypatch.setattr(targets.CausalLM, "verify", broken)
+    with pytest.raises(RuntimeError, match="forward failed"):
+        generate(model, repeated_prompt(0, 40)[None], max_new_tokens=10, streamer=streamer)
+    assert streamer.ended

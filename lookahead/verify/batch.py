@@ -44,14 +44,9 @@ class DraftBatch:
 
     @classmethod
     def pack(cls, drafts: list, chain: bool) -> "DraftBatch":
-        sizes = np.fromiter((len(d) for d in drafts), dtype=np.int64, count=len(drafts))
-        n = int(sizes.max(initial=0))
-        tokens = np.zeros((len(drafts), n), dtype=np.int64)
-        parents = np.full((len(drafts), n), -1, dtype=np.int64)
-        for i, d in enumerate(drafts):
-            tokens[i, : len(d)], parents[i, : len(d)] = d.tokens, d.parents
-        if chain and n:
-            parents[:] = np.arange(n) - 1
+        tokens, parents, sizes = T.pack_trees([(d.tokens, d.parents) for d in drafts])
+        if chain and tokens.shape[1]:
+            parents[:] = np.arange(tokens.shape[1]) - 1  # padding continues the chain: one causal mask for all
         return cls(drafts, tokens, parents, sizes, chain)
 
     @property

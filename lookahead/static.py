@@ -161,7 +161,7 @@ class StaticCausalLM:
         self.host = {}  # width -> pinned host copy of the step inputs
 
     def sources(self) -> list:
-        return [ids[m.bool()] for ids, m in zip(self.input_ids, self.mask)]
+        return prompt_sources(self.input_ids, self.mask)
 
     def prefill(self, stats) -> torch.Tensor:
         """Logits [b, 1, V] after each prompt; the prompts' keys and values fill slots 0..P-1."""
@@ -175,11 +175,9 @@ class StaticCausalLM:
         allowed = (s[None, None, :] <= q) & torch.cat([valid, state.prompt_valid[:, p:]], 1)[:, None, :]
         allowed |= s[None, None, :] == q  # a padding query sees itself, so that no row is all -inf
         state.cache.writes = q.T.expand(len(valid), -1)
-        positions = (self.mask.cumsum(-1) - 1).masked_fill(self.mask == 0, 1)
-        trim = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(self.model.forward).parameters else {}
         logits = self.model(input_ids=self.input_ids, attention_mask=_additive(allowed, self.model.dtype),
-                            position_ids=positions, past_key_values=state.cache, use_cache=True,
-                            cache_position=torch.arange(p, device=dev), **trim).logits
+                            position_ids=prompt_positions(self.mask), past_key_values=state.cache, use_cache=True,
+                            cache_position=torch.arange(p, device=dev), **last_logits_only(self.model)).logits
         stats.add_forward(len(self.active))
         return logits[:, -1:]
 
@@ -261,6 +259,21 @@ class StaticCausalLM:
             state.outputs[width] = state.step(state.inputs[width])
         state.pool = graph.pool()
         state.graphs[width] = graph
+
+
+def prompt_sources(input_ids: torch.Tensor, mask: torch.Tensor) -> list:
+    """Per row: the prompt's real tokens, its left padding dropped."""
+    return [ids[m.bool()] for ids, m in zip(input_ids, mask)]
+
+
+def prompt_positions(mask: torch.Tensor) -> torch.Tensor:
+    """Position ids [b, P] of left-padded prompts: 0 at each row's first real token (padding gets 1, unseen)."""
+    return (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
+
+
+def last_logits_only(model) -> dict:
+    """The forward keyword that computes logits at the last position only, where the model takes it."""
+    return {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
 
 
 def _bits(seen: np.ndarray) -> np.ndarray:

@@ -5,7 +5,8 @@ drafts than the widest row keeps the slots it rejected in the cache, masked out.
 step mask and committed by cutting the cache; trees with a tree attention mask and committed by packing each row's
 accepted path behind the earlier slots.
 
-`Seq2SeqLM` (BART, T5, ...): the encoder runs once, the decoder verifies drafts (chains only). Drafts come from the encoder input and the decoder output so far (the index holds both). These decoders take their
+`Seq2SeqLM` (BART, T5, ...): the encoder runs once, the decoder verifies drafts (chains only). Drafts come from
+the encoder input and the decoder output so far (the index holds both). These decoders take their
 positions from the cache length (BART's learned positions, T5's relative buckets), not from position ids, so every
 row must hold the same number of cache slots, all of them real: no masked holes as in the decoder-only loop. After a
 step the cache is cut to the shortest row's verified length; a row that accepted more re-feeds its surplus at the
@@ -13,13 +14,11 @@ next step, in the same forward as its drafts (right-padded: causal attention hid
 """
 from __future__ import annotations
 
-import inspect
-
 import numpy as np
 import torch
 
 from . import _validate as V
-from .static import StaticCausalLM, check_static
+from .static import StaticCausalLM, check_static, last_logits_only, prompt_positions, prompt_sources
 from .verify import new_cache, rollback, select_rows
 from .verify import tree as T
 from .verify.batch import to_device
@@ -66,7 +65,6 @@ class CausalLM:
         self.width = mask.shape[1]
         self.cache = new_cache(model)
         self.pos = mask.sum(-1).cpu().numpy()  # [b] position id of each row's next token
-        self._trim = "logits_to_keep" in inspect.signature(model.forward).parameters
 
     @property
     def mask(self) -> torch.Tensor:
@@ -88,14 +86,13 @@ class CausalLM:
 
     def sources(self) -> list:
         """Per row: the prompt's real tokens."""
-        return [ids[m.bool()] for ids, m in zip(self.input_ids, self.mask)]
+        return prompt_sources(self.input_ids, self.mask)
 
     def prefill(self, stats) -> torch.Tensor:
         """Logits [b, 1, V] after each prompt."""
-        position_ids = (self.mask.cumsum(-1) - 1).masked_fill(self.mask == 0, 1)
-        kwargs = {"logits_to_keep": 1} if self._trim else {}
-        logits = self.model(input_ids=self.input_ids, attention_mask=self.mask, position_ids=position_ids,
-                            past_key_values=self.cache, use_cache=True, **kwargs).logits
+        logits = self.model(input_ids=self.input_ids, attention_mask=self.mask,
+                            position_ids=prompt_positions(self.mask), past_key_values=self.cache, use_cache=True,
+                            **last_logits_only(self.model)).logits
         stats.add_forward(len(self.pos))
         return logits[:, -1:]
 

@@ -10,9 +10,9 @@ from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteria
 from transformers.generation.stopping_criteria import StopStringCriteria
 
 from . import _validate as V
+from .index.ngram import MAX_NGRAM
 from .policy import CostCurve
 
-MAX_NGRAM = 64  # longest suffix an n-gram index matches: a 64-token match already copies with certainty
 
 DEFAULT_MAX_NEW_TOKENS = 128
 
@@ -92,7 +92,7 @@ class Settings:
 OPTIONS = {"lookup": "ngram", "max_ngram": 4, "min_ngram": 1, "num_draft_tokens": 10, "draft_cost": None,
            "draft": "chain", "max_draft_nodes": 32, "memory": None, "documents": None, "tokenizer": None,
            "generator": None, "streamer": None}
-MAX_DRAFT = 1024  # most draft tokens or tree nodes per row and step: more cannot pay for its verification
+MAX_STEP = 1024  # most draft tokens or tree nodes verified per row and step: more cannot pay for a forward
 
 
 def make_settings(*, tokenizer=None, eos=None, **options) -> Settings:
@@ -110,8 +110,8 @@ def make_settings(*, tokenizer=None, eos=None, **options) -> Settings:
     V.check_int("min_ngram", o["min_ngram"], 1, MAX_NGRAM)
     if o["min_ngram"] > o["max_ngram"]:
         raise ValueError(f"min_ngram must be <= max_ngram, got min_ngram={o['min_ngram']} > max_ngram={o['max_ngram']}")
-    V.check_int("num_draft_tokens", o["num_draft_tokens"], 0, MAX_DRAFT)
-    V.check_int("max_draft_nodes", o["max_draft_nodes"], 1, MAX_DRAFT)
+    V.check_int("num_draft_tokens", o["num_draft_tokens"], 0, MAX_STEP)
+    V.check_int("max_draft_nodes", o["max_draft_nodes"], 1, MAX_STEP)
     if o["draft_cost"] is not None and not _is_cost(o["draft_cost"]):
         raise ValueError(f"draft_cost must be a number >= 0, a pair of them, a CostCurve, 'auto' or None, "
                          f"got {o['draft_cost']!r}")

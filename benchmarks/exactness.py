@@ -1,6 +1,7 @@
 """Exactness in fp32, bf16 and fp16 (issue 11): on the real stories260K model and 36 story openings, how many
 outputs of greedy lookahead (ngram chain, suffix chain, suffix tree) and of transformers' prompt lookup differ from
-`model.generate(do_sample=False)` in the same dtype, the first divergent token and the logit gap there. CPU, batch 1.
+`model.generate(do_sample=False)` in the same dtype, the first divergent token and the logit gap there. Batch 1, on
+the CPU (or --device cuda: with --methods lookahead-ngram-static ..., the check that CUDA graphs change no token).
 Harness: ``lookahead.bench.exactness``.
 
     python benchmarks/exactness.py
@@ -29,6 +30,7 @@ def main(argv=None) -> int:
     parser.add_argument("--prompts", type=positive_int, default=36)
     parser.add_argument("--max-new", type=positive_int, default=64)
     parser.add_argument("--threads", type=positive_int, default=1)
+    parser.add_argument("--device", default="cpu", help="where the models run (e.g. cuda)")
     parser.add_argument("--draft-cost", type=float, default=None,
                         help="lookahead's draft_cost (default: its default; 0 drafts at every match, as prompt lookup)")
     args = parser.parse_args(argv)
@@ -40,9 +42,10 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     tokenizer = Tokenizer.from_file(str(args.model / "tokenizer.json"))
     prompts = exactness.story_prompts(lambda text: tokenizer.encode(text).ids, args.prompts)
-    rows = exactness.measure(args.model, prompts, args.dtypes, args.methods, args.max_new, draft_cost=args.draft_cost)
+    rows = exactness.measure(args.model, prompts, args.dtypes, args.methods, args.max_new, draft_cost=args.draft_cost,
+                              device=args.device)
     cost = "default" if args.draft_cost is None else f"{args.draft_cost:g}"
-    print(f"\n{args.model.name}, {len(prompts)} prompts, at most {args.max_new} new tokens, CPU, batch 1, lookahead "
+    print(f"\n{args.model.name}, {len(prompts)} prompts, at most {args.max_new} new tokens, {args.device}, batch 1, lookahead "
           f"draft_cost {cost}; compared with model.generate(do_sample=False) in the same dtype\n")
     print(exactness.markdown(rows))
     return 0

@@ -12,6 +12,7 @@ The GPU machine has no ../shared/data: export the traces first (here), carry the
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import platform
 import subprocess
@@ -111,16 +112,22 @@ def main(argv=None) -> int:
     print(f"{info['device']}: random-weight {args.shape} Llama ({info['parameters_m']}M parameters), {args.dtype}, "
           f"{', '.join(f'{n} {len(t)} traces' for n, t in workloads.items())}; model ready in "
           f"{time.perf_counter() - start:.0f}s", flush=True)
-    rows = gpu.run_plan(model, workloads, plan, EOS, log=lambda line: print(line, flush=True))
-    table = gpu.markdown(rows)
-    print("\n" + table)
-    info["seconds"] = round(time.perf_counter() - start)
+
+    def write(rows) -> None:  # after every workload and batch size: a run cut short keeps what it measured
+        if args.out is not None:
+            rows = [dataclasses.replace(r) for r in rows]
+            gpu.add_ratios(rows)
+            info["seconds"] = round(time.perf_counter() - start)
+            args.out.mkdir(parents=True, exist_ok=True)
+            (args.out / "gpu.md").write_text(f"{info}\n\n{gpu.markdown(rows)}\n")
+            (args.out / "gpu.json").write_text(json.dumps(gpu.as_json(rows, plan, info), indent=1))
+
+    rows = gpu.run_plan(model, workloads, plan, EOS, log=lambda line: print(line, flush=True), progress=write)
+    print("\n" + gpu.markdown(rows))
+    write(rows)
     if args.out is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "gpu.md").write_text(f"{info}\n\n{table}\n")
-        (args.out / "gpu.json").write_text(json.dumps(gpu.as_json(rows, plan, info), indent=1))
         print(f"\nwritten: {args.out / 'gpu.md'}, {args.out / 'gpu.json'}")
-    print(f"total {info['seconds']}s")
+    print(f"total {round(time.perf_counter() - start)}s")
     return 1 if any(r.mismatches for r in rows) else 0
 
 

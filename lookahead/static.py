@@ -11,7 +11,6 @@ Rows that finish stay in the batch (their outputs are ignored) so that shapes ne
 """
 from __future__ import annotations
 
-import functools
 import inspect
 import logging
 import weakref
@@ -22,9 +21,13 @@ from transformers.cache_utils import Cache, CacheLayerMixin
 
 logger = logging.getLogger(__name__)
 WIDTHS = (1, 2, 4, 8, 16, 32, 64)  # query widths a step is padded to (one CUDA graph each)
+COMPILED_WIDTHS = (1, 4, 16, 64)  # fewer for a compiled step: each width costs a compilation (~15 s on an H100)
+TESTED = ("llama", "gpt2", "qwen2", "mistral", "gpt_neox", "phi3", "gemma")  # model types tested on the static path
+MAX_STATES = 4  # caches (with their graphs) kept per model; the least recently used goes first
 _BIT = (np.uint64(1) << np.arange(64, dtype=np.uint64)).view(np.int64)  # query q sees itself
 _UPTO = (np.cumsum(_BIT.view(np.uint64), dtype=np.uint64)).view(np.int64)  # query q sees columns 0..q (a chain)
-_STATES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> {(batch, slots, dtype): _State}
+RECOMPILE_LIMIT = 64  # compiled step specialisations per process: batch sizes x widths
+_STATES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> [_State], most recently used last
 
 
 class SlotLayer(CacheLayerMixin):
@@ -98,18 +101,40 @@ class _State:
 
     def __init__(self, model, batch: int, slots: int, compile_config=None):
         device = model.device
+        self.key = (batch, model.dtype, None if compile_config is None else repr(compile_config))
         self.cache = SlotCache(model.config, batch, slots, model.dtype, device)
         self.prompt_valid = torch.zeros((batch, slots), dtype=torch.bool, device=device)
         self.start = torch.zeros((), dtype=torch.long, device=device)  # first slot after the prompts
         self.inputs, self.outputs, self.graphs = {}, {}, {}
         self.pool = None
-        self.step = functools.partial(_step, weakref.proxy(model), self)
-        if compile_config is not None:  # fused kernels; the graphs stay ours, so never torch's own cudagraphs
+        # step(model, state, inputs): the model is an argument, so that torch.compile traces into it (a weak proxy
+        # breaks its graph) and the state holds no reference that would keep the model alive
+        self.step, self.compiled = _step, compile_config is not None
+        if self.compiled:  # fused kernels; the graphs stay ours, so never torch's own cudagraphs
             options = compile_config.to_dict() if hasattr(compile_config, "to_dict") else dict(compile_config)
             if options.get("mode") == "reduce-overhead":
-                options["mode"] = "max-autotune-no-cudagraphs" if device.type == "cuda" else "default"
-            self.step = torch.compile(self.step, **{k: v for k, v in options.items()
-                                                    if k in ("fullgraph", "dynamic", "backend", "mode", "options")})
+                options["mode"] = "default"
+            if options.get("dynamic") is None:  # one static graph per width: the best kernels, no guessing
+                options["dynamic"] = False
+            self.step = torch.compile(_step, **{k: v for k, v in options.items()
+                                                if k in ("fullgraph", "dynamic", "backend", "mode", "options")})
+
+    def run(self, model, width: int) -> torch.Tensor:
+        """The step over the input buffer of `width`; compiled, each (batch, width) is one more specialisation,
+        more than dynamo's default limit of 8 per function allows, so the limit is raised while it runs."""
+        if not self.compiled:
+            return _step(model, self, self.inputs[width])
+        limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
+        try:
+            with torch._dynamo.config.patch(recompile_limit=limit):
+                return self.step(model, self, self.inputs[width])
+        except Exception as error:  # no compiler here (e.g. no triton): the same step, uncompiled
+            if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+                raise
+            logger.warning("lookahead: compiling the static step failed (%s: %s); running it uncompiled (pass "
+                           "disable_compile=True to skip compiling)", type(error).__name__, error)
+            self.step, self.compiled = _step, False
+            return _step(model, self, self.inputs[width])
 
 
 def _step(model, state: _State, inputs: torch.Tensor) -> torch.Tensor:
@@ -146,14 +171,13 @@ class StaticCausalLM:
     def __init__(self, model, input_ids: torch.Tensor, mask: torch.Tensor, max_new: int, max_width: int,
                  graphs: bool, compile_config=None):
         b, p = input_ids.shape
-        self.widths = [w for w in WIDTHS if w < max_width + 1] + [_bucket(max_width + 1)]
-        slots = -(-(p + max_new + self.widths[-1]) // 256) * 256  # rounded, so that later calls reuse the state
+        sizes = WIDTHS if compile_config is None else COMPILED_WIDTHS
+        self.widths = [w for w in sizes if w < max_width + 1] + [_bucket(max_width + 1, sizes)]
+        slots = p + max_new + self.widths[-1]
         check_static(model, slots)
         self.model, self.input_ids, self.mask, self.p = model, input_ids, mask, p
         self.graphs = graphs and model.device.type == "cuda"
-        key = (b, slots, model.dtype, None if compile_config is None else repr(compile_config))
-        states = _STATES.setdefault(model, {})
-        self.state = states.get(key) or states.setdefault(key, _State(model, b, slots, compile_config))
+        self.state = _state(model, b, slots, compile_config)
         self.pos = mask.sum(-1).cpu().numpy()  # [b] position id of each row's next token
         self.write = np.full(b, p, dtype=np.int64)  # [b] each row's next slot
         self.active = np.arange(b)  # rows of the call still running, in the loop's order
@@ -240,7 +264,7 @@ class StaticCausalLM:
             state.inputs[width] = torch.zeros_like(self.host[width], device=self.model.device)
         state.inputs[width].copy_(self.host[width], non_blocking=True)
         if not self.graphs:
-            return state.step(state.inputs[width])
+            return state.run(self.model, width)
         if width not in state.graphs:
             self._capture(width)
         state.graphs[width].replay()
@@ -252,11 +276,11 @@ class StaticCausalLM:
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
-            state.step(state.inputs[width])  # writes only slots no row has committed yet
+            state.run(self.model, width)  # writes only slots no row has committed yet
         torch.cuda.current_stream().wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=state.pool):
-            state.outputs[width] = state.step(state.inputs[width])
+            state.outputs[width] = state.run(self.model, width)
         state.pool = graph.pool()
         state.graphs[width] = graph
 
@@ -282,9 +306,54 @@ def _bits(seen: np.ndarray) -> np.ndarray:
         np.int64)
 
 
-def _bucket(n: int) -> int:
-    """The smallest width of WIDTHS (or power of two beyond) that holds n query tokens."""
-    return next((w for w in WIDTHS if w >= n), 1 << (n - 1).bit_length())
+def _bucket(n: int, sizes=WIDTHS) -> int:
+    """The smallest width of `sizes` (or power of two beyond) that holds n query tokens."""
+    return next((w for w in sizes if w >= n), 1 << (n - 1).bit_length())
+
+
+def _state(model, batch: int, slots: int, compile_config) -> _State:
+    """A kept state of `model` for this batch size, dtype and compilation with at least `slots` slots, or a new one
+    (slots rounded up to a power of two, at least 256, so that calls of other lengths reuse it and its graphs)."""
+    key = (batch, model.dtype, None if compile_config is None else repr(compile_config))
+    states = _STATES.setdefault(model, [])
+    fits = [s for s in states if s.key == key and s.cache.slots >= slots]
+    state = min(fits, key=lambda s: s.cache.slots) if fits else None
+    if state is None:
+        states[:] = [s for s in states if s.key != key]  # a longer one replaces the shorter ones
+        del states[: max(len(states) - MAX_STATES + 1, 0)]
+        state = _State(model, batch, max(256, 1 << (slots - 1).bit_length()), compile_config)
+    else:
+        states.remove(state)
+    states.append(state)
+    return state
+
+
+def static_mode(model, config) -> tuple | None:
+    """How a decoder-only call runs: None for the dynamic cache, else (graphs, compile_config) of the static one.
+
+    - cache_implementation="static": the static cache; on CUDA its step is compiled (`config.compile_config`, else
+      transformers' `CompileConfig()`, as transformers compiles a static cache) and captured as CUDA graphs; on a
+      CPU it runs eagerly unless a compile_config is given. disable_compile=True: neither graphs nor compilation.
+    - cache_implementation unset, on CUDA: the static cache with CUDA graphs, uncompiled (capture takes about a
+      second per width, a compilation ~15 s), for the architectures the static path is tested on (`TESTED`) when
+      they attend to every position; others keep the dynamic cache.
+    - anything else ("dynamic", ...): the dynamic cache.
+    """
+    implementation = getattr(config, "cache_implementation", None)
+    cuda = model.device.type == "cuda"
+    off = bool(getattr(config, "disable_compile", False))
+    if implementation == "static":
+        compile_config = getattr(config, "compile_config", None)
+        if compile_config is None and cuda:
+            from transformers import CompileConfig
+
+            compile_config = CompileConfig()
+        return (False, None) if off else (True, compile_config)
+    text = model.config.get_text_config(decoder=True)
+    if implementation is None and cuda and not off and getattr(model.config, "model_type", None) in TESTED \
+            and not isinstance(getattr(text, "sliding_window", None), int):
+        return True, None
+    return None
 
 
 def _additive(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

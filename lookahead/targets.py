@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from . import _validate as V
-from .static import StaticCausalLM, check_static, last_logits_only, prompt_positions, prompt_sources
+from .static import StaticCausalLM, check_static, last_logits_only, prompt_positions, prompt_sources, static_mode
 from .verify import new_cache, rollback, select_rows
 from .verify import tree as T
 from .verify.batch import to_device
@@ -29,23 +29,21 @@ def make_target(model, input_ids: torch.Tensor, inputs_tensor, model_kwargs: dic
                 max_width: int):
     """The model wrapped for the loop, after checking that max_new tokens fit its position limit.
 
-    `config` is the call's generation config: `cache_implementation="static"` gives a `StaticCausalLM` (CUDA graphs
-    on CUDA unless `disable_compile`; a `compile_config` compiles the step first); `max_width` is the most draft
-    tokens or nodes a row verifies per step.
+    `config` is the call's generation config: it chooses between `StaticCausalLM` (with CUDA graphs, compiled or
+    not) and the dynamic `CausalLM` as `static.static_mode` says; `max_width` is the most draft tokens or nodes a
+    row verifies per step.
     """
-    static = getattr(config, "cache_implementation", None) == "static"
     if getattr(model.config, "is_encoder_decoder", False):
-        if static:
+        if getattr(config, "cache_implementation", None) == "static":
             check_static(model, 0)
         V.check_length(model, torch.ones_like(input_ids), max_new)
         return Seq2SeqLM(model, input_ids, inputs_tensor, model_kwargs)
     mask = model_kwargs.get("attention_mask")
     mask = torch.ones_like(input_ids) if mask is None else mask.long()
     V.check_length(model, mask, max_new)
-    if static:
-        graphs = not getattr(config, "disable_compile", False)
-        compile_config = getattr(config, "compile_config", None) if graphs else None
-        return StaticCausalLM(model, input_ids, mask, max_new, max_width, graphs, compile_config)
+    mode = static_mode(model, config)
+    if mode is not None:
+        return StaticCausalLM(model, input_ids, mask, max_new, max_width, *mode)
     return CausalLM(model, input_ids, mask)
 
 

@@ -4,7 +4,7 @@ import torch
 import transformers as T
 
 from lookahead import generate
-from lookahead.static import WIDTHS, SlotCache
+from lookahead.static import COMPILED_WIDTHS, WIDTHS, SlotCache
 from models import CONFIGS, repeated_prompt, tiny_model
 from test_generate import left_padded
 
@@ -64,6 +64,76 @@ def test_the_cache_is_reused_across_calls_of_other_lengths():
     assert len(_STATES[model]) == 1
 
 
+def test_a_longer_call_replaces_the_cache_and_few_are_kept(monkeypatch):
+    """A call that needs more slots replaces the shorter cache of its batch size (one state per batch size, dtype
+    and compilation, at most MAX_STATES per model, the least recently used dropped first)."""
+    import lookahead.static as S
+
+    monkeypatch.setattr(S, "MAX_STATES", 2)
+    model = tiny_model("llama")
+    first = S._state(model, 1, 100, None)
+    assert first.cache.slots == 256 and S._state(model, 1, 200, None) is first
+    longer = S._state(model, 1, 300, None)
+    assert longer.cache.slots == 512 and S._STATES[model] == [longer]
+    two, three = S._state(model, 2, 10, None), S._state(model, 3, 10, None)
+    assert S._STATES[model] == [two, three]  # batch 1's state was the least recently used
+    assert S._state(model, 2, 10, None) is two and S._STATES[model] == [three, two]
+
+
+class _Config:
+    def __init__(self, **fields):
+        self.__dict__.update(dict(cache_implementation=None, compile_config=None, disable_compile=False), **fields)
+
+
+class _OnCuda:
+    """A model's stand-in that says it is on CUDA (static_mode reads only its device and config)."""
+
+    def __init__(self, model):
+        self.config, self.device = model.config, torch.device("cuda")
+
+
+def test_static_mode_decides_the_cache_and_its_compilation():
+    """On CUDA: unset gives graphs without compilation for the tested architectures with full attention; "static"
+    compiles (transformers' own CompileConfig unless one is given); disable_compile turns both off; "dynamic"
+    keeps the dynamic cache. On a CPU only an explicit "static" gives the static cache."""
+    from lookahead.static import static_mode
+
+    llama, cpu = _OnCuda(tiny_model("llama")), tiny_model("llama")
+    assert static_mode(llama, _Config()) == (True, None)
+    graphs, compiled = static_mode(llama, _Config(cache_implementation="static"))
+    assert graphs and isinstance(compiled, T.CompileConfig)
+    mine = T.CompileConfig(fullgraph=True)
+    assert static_mode(llama, _Config(cache_implementation="static", compile_config=mine)) == (True, mine)
+    assert static_mode(llama, _Config(cache_implementation="static", disable_compile=True)) == (False, None)
+    assert static_mode(llama, _Config(disable_compile=True)) is None
+    assert static_mode(llama, _Config(cache_implementation="dynamic")) is None
+    config = T.MistralConfig(vocab_size=96, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                             num_attention_heads=2, num_key_value_heads=1, sliding_window=64)
+    assert static_mode(_OnCuda(T.MistralForCausalLM(config)), _Config()) is None  # a window: dynamic by default
+    assert static_mode(cpu, _Config()) is None
+    assert static_mode(cpu, _Config(cache_implementation="static")) == (True, None)  # graphs are CUDA-only anyway
+
+
+def test_a_step_that_does_not_compile_runs_uncompiled(monkeypatch, caplog):
+    """Where torch.compile fails (no compiler), the static step warns once and runs uncompiled, still exact."""
+    import lookahead.static as S
+
+    def broken(fn, **options):
+        def run(*args, **kwargs):
+            raise RuntimeError("no compiler here")
+        return run
+
+    monkeypatch.setattr(S.torch, "compile", broken)
+    model = tiny_model("qwen2")
+    ids = repeated_prompt(1, 40)[None]
+    expected = model.generate(ids, do_sample=False, max_new_tokens=24)
+    with caplog.at_level("WARNING", logger="lookahead.static"):
+        out = generate(model, ids, max_new_tokens=24, cache_implementation="static",
+                       compile_config=T.CompileConfig())
+    assert torch.equal(out, expected)
+    assert sum("compiling the static step failed" in r.message for r in caplog.records) == 1
+
+
 def test_slot_cache_writes_each_row_at_its_own_slots():
     """update() writes every row's keys at that row's slots and returns the whole buffers."""
     config = T.LlamaConfig(hidden_size=8, num_attention_heads=2, num_key_value_heads=1, num_hidden_layers=1)
@@ -79,8 +149,9 @@ def test_slot_cache_writes_each_row_at_its_own_slots():
 
 
 def test_widths_are_the_captured_sizes():
-    """Steps are padded to a few widths, so that few CUDA graphs serve every draft size."""
-    assert WIDTHS == (1, 2, 4, 8, 16, 32, 64)
+    """Steps are padded to a few widths, so that few CUDA graphs serve every draft size (fewer when each is also a
+    compilation)."""
+    assert WIDTHS == (1, 2, 4, 8, 16, 32, 64) and COMPILED_WIDTHS == (1, 4, 16, 64)
 
 
 def test_static_refuses_what_it_cannot_hold():

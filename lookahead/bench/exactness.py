@@ -61,29 +61,29 @@ class Row:
     forwards: int = 0  # lookahead's forwards (0 for transformers' methods)
 
 
-def _load(path, dtype: str):
+def _load(path, dtype: str, device="cpu"):
     from transformers import AutoModelForCausalLM
 
-    return AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype]).eval()
+    return AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype]).to(device).eval()
 
 
 def _gap(model, prefix: list, a: int, b: int) -> float:
     """logit[a] - logit[b] after `prefix`, from one full forward of `model`."""
     with torch.inference_mode():
-        logits = model(torch.tensor([prefix])).logits[0, -1].float()
+        logits = model(torch.tensor([prefix], device=model.device)).logits[0, -1].float()
     return float(logits[a] - logits[b])
 
 
 def measure(path, prompts: list, dtypes=("fp32", "bf16", "fp16"), methods=METHODS, max_new: int = 64,
-            eos: int | None = None, draft_cost=None) -> list:
+            eos: int | None = None, draft_cost=None, device="cpu") -> list:
     """Rows for every dtype and method: each prompt alone (batch 1, no padding), compared token for token with
     `model.generate(do_sample=False)` of the same model in the same dtype. `draft_cost` goes to lookahead (None: its
-    default; 0: draft whenever there is a match, as often as prompt lookup does)."""
-    reference32 = _load(path, "fp32")
+    default; 0: draft whenever there is a match, as often as prompt lookup does). Every model runs on `device`."""
+    reference32 = _load(path, "fp32", device)
     eos = int(reference32.generation_config.eos_token_id if eos is None else eos)
     rows = []
     for dtype in dtypes:
-        model = _load(path, dtype)
+        model = _load(path, dtype, device)
         greedy = [_new(model, resolve(["hf-greedy"])[0], p, max_new, eos)[0] for p in prompts]
         for method in resolve(methods, need="generate"):
             row = Row(dtype, method.name, len(prompts))
@@ -105,7 +105,7 @@ def measure(path, prompts: list, dtypes=("fp32", "bf16", "fp16"), methods=METHOD
 
 
 def _new(model, method, prompt: list, max_new: int, eos: int, draft_cost=None) -> tuple:
-    ids = torch.tensor([prompt])
+    ids = torch.tensor([prompt], device=model.device)
     out, stats = generate_with(method, model, ids, torch.ones_like(ids), max_new, eos, draft_cost=draft_cost)
     return out[0, len(prompt):].tolist(), stats
 

@@ -27,8 +27,8 @@ from .steps import Batch, per_step, run_rounds
 from .timing import ForwardTimer, spread
 
 GREEDY, STATIC, LOOKUP = "hf-greedy", "hf-greedy-static", "hf-prompt-lookup-2"
-LOOKAHEAD = ("lookahead-ngram", "lookahead-suffix", "lookahead-suffix-tree", "lookahead-ngram-static",
-             "lookahead-suffix-static", "lookahead-suffix-tree-static")
+LOOKAHEAD = ("lookahead-ngram-dynamic", "lookahead-suffix-tree-dynamic", "lookahead-ngram", "lookahead-suffix",
+             "lookahead-suffix-tree", "lookahead-ngram-static", "lookahead-suffix-static", "lookahead-suffix-tree-static")
 TARGETS = [  # (workload, batch, what, baseline, at least): issue 12's targets
     ("code-edit", 1, "x fastest greedy", "fastest", 4.0), ("code-edit", 1, "x HF prompt lookup", LOOKUP, 2.0),
     ("summarization", 1, "x fastest greedy", "fastest", 2.0), ("code-edit", 16, "x fastest greedy", "fastest", 2.0),
@@ -61,6 +61,7 @@ class Row:
     split: dict              # per_step() of the median round
     tokens: int
     steps: int
+    drafted: int             # draft tokens (tree nodes) verified, all rows, in the median round (0: transformers)
     first_call: float        # seconds of the warm-up call (compilation included)
     mismatches: int          # rows that differ from the recording, summed over rounds
     ratios: dict = field(default_factory=dict)  # vs greedy, fastest greedy, HF prompt lookup (medians)
@@ -80,15 +81,16 @@ def batches_for(traces: list, batch: int, plan: Plan, eos: int, device) -> list:
     return calls
 
 
-def run_plan(model, workloads: dict, plan: Plan, eos: int, log=print) -> list:
-    """Rows for every workload ({name: traces}, rows indexed across workloads), batch size and method."""
+def run_plan(model, workloads: dict, plan: Plan, eos: int, log=print, progress=None) -> list:
+    """Rows for every workload ({name: traces}, rows indexed across workloads), batch size and method; `progress`
+    (when given) is called with the rows so far after each workload and batch size (ratios not yet added)."""
     names = list(workloads)
     offsets = np.cumsum([0] + [len(workloads[n]) for n in names])
     forced = ForcedOutputs([t for n in names for t in workloads[n]], eos, model.device)  # one hook: one compile
     hook = forced.attach(model)
     timer = ForwardTimer(model.device)
-    compiled = {m for m in plan.methods if m == STATIC or m.endswith("-compiled")}  # no hooks inside torch.compile
-    compiled = compiled if torch.device(model.device).type == "cuda" else set()
+    cuda = torch.device(model.device).type == "cuda"  # where an explicit static cache is compiled: no hooks inside
+    compiled = {m for m in plan.methods if cuda and m.endswith("-static")}
     rows, start = [], time.perf_counter()
     try:
         for batch in plan.batches:
@@ -102,21 +104,26 @@ def run_plan(model, workloads: dict, plan: Plan, eos: int, log=print) -> list:
                 say = (lambda line, n=name, b=batch: log(f"[{time.perf_counter() - start:5.0f}s] {n} batch {b}: "
                                                          f"{line}"))
                 samples, first = run_rounds(model, methods, calls, forced, timer, eos, plan.repeats, compiled, say)
-                rows += [_row(name, batch, m.name, samples[m.name], first[m.name]) for m in methods]
+                rows += [_row(name, batch, m.name, samples[m.name], first[m.name]) for m in methods
+                         if m.name in samples]
+                if progress is not None:
+                    progress(rows)
     finally:
         hook.remove()
-    _add_ratios(rows)
+    add_ratios(rows)
     return rows
 
 
 def _row(workload: str, batch: int, method: str, samples: list, first: float) -> Row:
     per_token = [1e3 * s.seconds / max(s.tokens, 1) for s in samples]
     median = samples[int(np.argsort(per_token)[len(per_token) // 2])]
-    return Row(workload, batch, method, spread(per_token), per_step(median), median.tokens, median.steps, first,
+    return Row(workload, batch, method, spread(per_token), per_step(median), median.tokens, median.steps, median.drafted,
+               first,
                sum(s.mismatches for s in samples))
 
 
-def _add_ratios(rows: list) -> None:
+def add_ratios(rows: list) -> None:
+    """Set each row's speedups over greedy, the fastest greedy and HF prompt lookup of its workload and batch."""
     by = {(r.workload, r.batch, r.method): r.ms_per_token[0] for r in rows}
     for r in rows:
         greedy = by.get((r.workload, r.batch, GREEDY), np.nan)
@@ -153,15 +160,15 @@ def markdown(rows: list) -> str:
     for key in dict.fromkeys((r.workload, r.batch) for r in rows):
         parts.append(f"### {key[0]}, batch {key[1]}\n")
         parts.append("| method | ms/token (min-max) | vs greedy | vs fastest greedy | vs HF lookup | steps | "
-                     "tokens/step | step ms | forward | draft | accept+commit | rest | host share | first call s | "
+                     "tokens/step | drafted/step | step ms | forward | draft | accept+commit | rest | host share | first call s | "
                      "same as recorded |")
-        parts.append("| --- |" + " ---: |" * 13 + " --- |")
+        parts.append("| --- |" + " ---: |" * 14 + " --- |")
         for r in (r for r in rows if (r.workload, r.batch) == key):
             s, (med, lo, hi) = r.split, r.ms_per_token
             parts.append(
                 f"| {r.method} | {med:.2f} ({lo:.2f}-{hi:.2f}) | {_cell(r.ratios['greedy'], unit='x')} | "
                 f"{_cell(r.ratios['fastest'], unit='x')} | {_cell(r.ratios[LOOKUP], unit='x')} | {r.steps} | "
-                f"{r.tokens / max(r.steps + 1, 1):.2f} | {_cell(s['step'])} | {_cell(s['forward'])} | "
+                f"{r.tokens / max(r.steps + 1, 1):.2f} | {r.drafted / max(r.steps, 1):.1f} | {_cell(s['step'])} | {_cell(s['forward'])} | "
                 f"{_cell(s.get('draft'))} | {_cell(s.get('accept+commit'))} | {_cell(s['rest'])} | "
                 f"{_cell(s['host share'], '.0%')} | {r.first_call:.1f} | "
                 f"{'yes' if not r.mismatches else f'NO ({r.mismatches} rows)'} |")

@@ -18,8 +18,6 @@ import argparse
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from transformers import CompileConfig
-
 from ..index import NgramIndex, SuffixIndex
 from .oracles import AnchoredOracle, HindsightOracle
 from .peers import PromptLookup, VllmNgram
@@ -74,27 +72,29 @@ _NGRAM = _same(lambda setup: NgramIndex(max_ngram=4, min_ngram=1))
 _SUFFIX = _same(lambda setup: SuffixIndex())
 _TREE = {"draft": "tree", "max_draft_nodes": TREE_NODES}
 _STATIC = {"cache_implementation": "static"}
-_COMPILED = CompileConfig(fullgraph=False, dynamic=False)  # lookahead captures the graphs itself
+_DYNAMIC = {"cache_implementation": "dynamic"}
 _SD = "arctic-inference (benchmarks/suffix_decoding.py; see benchmarks/README.md)"
 
 METHODS: dict[str, Method] = {m.name: m for m in [
     Method("lookahead-none", "lookahead's loop drafting nothing", runner="lookahead", options={"lookup": "none"}),
-    Method("lookahead-ngram", "lookahead NgramIndex chains", _NGRAM, runner="lookahead",
+    Method("lookahead-ngram", "lookahead NgramIndex chains (the default cache: static with CUDA graphs on CUDA)", _NGRAM, runner="lookahead",
            options={"lookup": "ngram"}),
     Method("lookahead-suffix", "lookahead SuffixIndex chains", _SUFFIX, runner="lookahead",
            options={"lookup": "suffix"}),
     Method("lookahead-suffix-tree", f"lookahead SuffixIndex trees ({TREE_NODES} nodes)", _SUFFIX, tree=True,
            runner="lookahead", options={"lookup": "suffix", **_TREE}),
-    Method("lookahead-ngram-static", "lookahead-ngram with cache_implementation='static'", runner="lookahead",
-           options={"lookup": "ngram", **_STATIC}),
-    Method("lookahead-suffix-static", "lookahead-suffix with cache_implementation='static'", runner="lookahead",
-           options={"lookup": "suffix", **_STATIC}),
-    Method("lookahead-suffix-tree-static", "lookahead-suffix-tree with cache_implementation='static'",
-           runner="lookahead", options={"lookup": "suffix", **_TREE, **_STATIC}),
-    Method("lookahead-ngram-static-compiled", "lookahead-ngram-static, its step compiled (compile_config)",
-           runner="lookahead", options={"lookup": "ngram", **_STATIC, "compile_config": _COMPILED}),
-    Method("lookahead-suffix-tree-static-compiled", "lookahead-suffix-tree-static, its step compiled (compile_config)",
-           runner="lookahead", options={"lookup": "suffix", **_TREE, **_STATIC, "compile_config": _COMPILED}),
+    Method("lookahead-none-static", "lookahead's static step drafting nothing (its plain decoding)",
+           runner="lookahead", options={"lookup": "none", **_STATIC}),
+    Method("lookahead-ngram-dynamic", "lookahead-ngram with cache_implementation='dynamic' (eager on any device)",
+           runner="lookahead", options={"lookup": "ngram", **_DYNAMIC}),
+    Method("lookahead-suffix-tree-dynamic", "lookahead-suffix-tree with cache_implementation='dynamic'",
+           runner="lookahead", options={"lookup": "suffix", **_TREE, **_DYNAMIC}),
+    Method("lookahead-ngram-static", "lookahead-ngram with cache_implementation='static' (compiled on CUDA)",
+           runner="lookahead", options={"lookup": "ngram", **_STATIC}),
+    Method("lookahead-suffix-static", "lookahead-suffix with cache_implementation='static' (compiled on CUDA)",
+           runner="lookahead", options={"lookup": "suffix", **_STATIC}),
+    Method("lookahead-suffix-tree-static", "lookahead-suffix-tree with cache_implementation='static' (compiled on "
+           "CUDA)", runner="lookahead", options={"lookup": "suffix", **_TREE, **_STATIC}),
     Method("hf-greedy", "transformers greedy, dynamic cache", runner="hf"),
     Method("hf-greedy-static", "transformers greedy, static cache (compiled with CUDA graphs on a GPU)",
            runner="hf", options=_STATIC),
@@ -120,6 +120,8 @@ ALIASES = {  # the names older commands used
     "hf2": "hf-prompt-lookup-2", "hf4": "hf-prompt-lookup-4", "vllm": "vllm-ngram", "ngram": "lookahead-ngram",
     "suffix-index": "lookahead-suffix", "suffix-index-tree": "lookahead-suffix-tree",
     "suffix-global": "suffixdecoding-global", "suffix-global-tree": "suffixdecoding-global-tree",
+    "lookahead-ngram-static-compiled": "lookahead-ngram-static",  # explicit static is compiled on CUDA now
+    "lookahead-suffix-tree-static-compiled": "lookahead-suffix-tree-static",
 }
 AMBIGUOUS = {"suffix": ("lookahead-suffix", "suffixdecoding"),
              "suffix-tree": ("lookahead-suffix-tree", "suffixdecoding-tree")}

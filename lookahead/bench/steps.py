@@ -14,6 +14,7 @@ Example::
 """
 from __future__ import annotations
 
+import traceback
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -34,10 +35,11 @@ class Sample:
     tokens: int = 0              # new tokens, eos excluded
     steps: int = 0               # decoding forwards after the prefill
     mismatches: int = 0          # rows whose new tokens differ from the recording
+    drafted: int = 0             # draft tokens (or tree nodes) verified, all rows (lookahead's GenerationStats)
     phases: dict = field(default_factory=dict)  # lookahead's GenerationStats.seconds, summed, when reported
 
     def add(self, other: "Sample") -> None:
-        for name in ("seconds", "decode_seconds", "forward_seconds", "tokens", "steps", "mismatches"):
+        for name in ("seconds", "decode_seconds", "forward_seconds", "tokens", "steps", "mismatches", "drafted"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for key, value in other.phases.items():
             self.phases[key] = self.phases.get(key, 0.0) + value
@@ -55,9 +57,10 @@ class Batch:
 
 def call_sample(model, method, batch: Batch, forced, timer, eos: int, compiled: bool = False) -> Sample:
     """Run `method` once on `batch` and account for it; `compiled`: its forwards run inside a compiled graph, where
-    the timer's hooks are taken off (the forcing hook stays: it is traced into the graph)."""
+    the timer's hooks are taken off (the forcing hook stays: it is traced into the graph); only its CUDA graph
+    replays are timed then."""
     forced.reset()
-    handles = timer.attach(model) if timer is not None and not compiled else []
+    handles = timer.attach(model, hooks=not compiled) if timer is not None else []
     try:
         call = timed_call(lambda: generate_with(method, model, batch.ids, batch.mask, batch.max_new, eos), timer,
                           model.device)
@@ -71,11 +74,17 @@ def call_sample(model, method, batch: Batch, forced, timer, eos: int, compiled: 
     sample = Sample(seconds=call.seconds, tokens=sum(len(w) - (w[-1] == eos) for w in written if w),
                     mismatches=sum(w != e for w, e in zip(written, expected)))
     seen = call.forwards if handles else 0
-    sample.steps = (stats.forward_passes if stats is not None else seen or max(map(len, written))) - 1
+    # transformers' compiled greedy may replay more than one graph per token: count its steps by tokens then
+    forwards = seen if seen and not compiled else max(map(len, written))
+    sample.steps = (stats.forward_passes if stats is not None else forwards) - 1
     if seen and seen == sample.steps + 1:
         sample.decode_seconds, sample.forward_seconds = call.decode_seconds, float(call.durations[1:].sum())
+    elif seen and compiled and seen == sample.steps:  # graph replays only: the (compiled) prefill went unseen
+        sample.decode_seconds = call.seconds - float(call.starts[0])  # from the first replay (less one step's host)
+        sample.forward_seconds = float(call.durations.sum())
     else:
         sample.decode_seconds = sample.forward_seconds = float("nan")
+    sample.drafted = int(getattr(stats, "draft_tokens", 0))
     phases = getattr(stats, "seconds", None)
     if isinstance(phases, dict):
         sample.phases = {k: float(v) for k, v in phases.items()}
@@ -91,13 +100,21 @@ def run_rounds(model, methods: list, batches: list, forced, timer, eos: int, rep
         batches: `Batch`es (each round runs every method on every batch).
         forced: the `ForcedOutputs` hook attached to the model. timer: a `ForwardTimer` or None.
         compiled: names of the methods whose forwards are compiled graphs (no forward timing).
-        log: called with a line after each round.
+        log: called with a line after each round; with a log, a method whose warm-up call raises is logged (with
+            its traceback) and left out, without one the error propagates.
     Returns:
-        ({method name: [Sample per round]}, {method name: seconds of its warm-up call}).
+        ({method name: [Sample per round]}, {method name: seconds of its warm-up call}), for the methods that ran.
     """
-    first = {}
+    first, working = {}, []
     for m in methods:
-        first[m.name] = call_sample(model, m, batches[0], forced, timer, eos, m.name in compiled).seconds
+        try:
+            first[m.name] = call_sample(model, m, batches[0], forced, timer, eos, m.name in compiled).seconds
+            working.append(m)
+        except Exception as error:  # one broken method must not lose the others' figures
+            if log is None:
+                raise
+            log(f"{m.name} failed and is left out: {type(error).__name__}: {error}\n{traceback.format_exc()}")
+    methods = working
     samples = {m.name: [] for m in methods}
     for r, order in enumerate(rotations(list(methods), repeats)):
         for m in order:
@@ -112,14 +129,19 @@ def run_rounds(model, methods: list, batches: list, forced, timer, eos: int, rep
 
 def per_step(sample: Sample) -> dict:
     """Milliseconds per decoding step: the step, the forward inside it, lookahead's phases (when reported) and the
-    rest, and the host's share of the step (1 - forward / step)."""
+    rest, and the host's share of the step (1 - forward / step). On a GPU "accept+commit" leaves out the time the
+    host spent waiting there for the queued forward to finish."""
     steps = max(sample.steps, 1)
     step = sample.decode_seconds / steps if np.isfinite(sample.decode_seconds) else sample.seconds / steps
     forward = sample.forward_seconds / steps
     out = {"step": 1e3 * step, "forward": 1e3 * forward}
     if sample.phases:
         out["draft"] = 1e3 * sample.phases.get("draft", 0.0) / steps
-        out["accept+commit"] = 1e3 * (sample.phases.get("accept", 0.0) + sample.phases.get("commit", 0.0)) / steps
+        accept = sample.phases.get("accept", 0.0) + sample.phases.get("commit", 0.0)
+        if np.isfinite(forward) and "forward" in sample.phases:  # a forward queued on a GPU returns at once: the
+            # host then waits for it inside "accept" (the argmax's copy), which is forward time, not host time
+            accept -= max(sample.forward_seconds - sample.phases["forward"], 0.0)
+        out["accept+commit"] = 1e3 * max(accept, 0.0) / steps
     known = forward + sum(out.get(k, 0.0) for k in ("draft", "accept+commit")) / 1e3
     out["rest"] = 1e3 * (step - known) if np.isfinite(known) else float("nan")
     out["host share"] = 1.0 - forward / step if np.isfinite(forward) and step > 0 else float("nan")

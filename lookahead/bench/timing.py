@@ -4,7 +4,8 @@ machine's speed falls on all of them alike.
 `ForwardTimer` hooks a model: on CUDA it records a pair of CUDA events around every forward (the forward's span on
 the device's timeline; in eager mode that includes the gaps where the GPU waits for the host's launches), on a CPU
 it reads `time.perf_counter` around it. Forwards replayed from a CUDA graph run no
-hooks: they go unseen (and a call whose forwards were not all seen reports no forward time, see `steps`).
+hooks: on CUDA the timer also marks every `CUDAGraph.replay` while attached (a lookahead static step is one replay);
+a call whose forwards were not all seen (a compiled forward) reports no forward time, see `steps`.
 `timed_call` runs one call and returns a `Call`: wall-clock seconds (the
 device's queued work included), each forward's start and duration, and the call's output.
 
@@ -65,9 +66,13 @@ class ForwardTimer:
         self._marks: list = []  # per forward: (start, end) events on CUDA, perf_counter floats on a CPU
         self._open = None
 
-    def attach(self, model) -> list:
-        """Register the pre- and post-forward hooks; returns the handles (call `.remove()` on each)."""
-        return [model.register_forward_pre_hook(self._before), model.register_forward_hook(self._after)]
+    def attach(self, model, hooks: bool = True) -> list:
+        """Register the pre- and post-forward hooks (`hooks`; leave them off for a compiled forward, which would
+        trace them) and on CUDA time every CUDA graph replay as a forward (replays run no hooks); returns the
+        handles (call `.remove()` on each)."""
+        handles = [model.register_forward_pre_hook(self._before), model.register_forward_hook(self._after)] if hooks \
+            else []
+        return handles + ([_ReplayTimer(self)] if self.cuda else [])
 
     def _now(self):
         if not self.cuda:
@@ -101,6 +106,24 @@ class ForwardTimer:
             begin = [a - start for a, _ in self._marks]
             length = [b - a for a, b in self._marks]
         return np.array(begin), np.array(length)
+
+
+class _ReplayTimer:
+    """Wraps `torch.cuda.CUDAGraph.replay` until `remove()`: each replay is marked like a forward (a lookahead step
+    replayed from its graph is one forward)."""
+
+    def __init__(self, timer: ForwardTimer):
+        self.original = replay = torch.cuda.CUDAGraph.replay
+
+        def timed(graph):
+            timer._before(None, None)
+            replay(graph)
+            timer._after(None, None, None)
+
+        torch.cuda.CUDAGraph.replay = timed
+
+    def remove(self) -> None:
+        torch.cuda.CUDAGraph.replay = self.original
 
 
 def _capturing() -> bool:

@@ -124,7 +124,12 @@ def generate(
             greedy, even when the model's generation config samples), `temperature`,
             `top_k`, `top_p`, `min_p`, `typical_p`, `repetition_penalty`, `no_repeat_ngram_size`, `bad_words_ids`,
             `suppress_tokens`, `min_new_tokens`, `stop_strings`, `max_time`, `num_return_sequences` (sampling),
-            `return_dict_in_generate`, `output_scores`, `output_logits`, ...
+            `return_dict_in_generate`, `output_scores`, `output_logits`, ... The KV cache follows transformers'
+            names: `cache_implementation="static"` preallocates it and, on CUDA, compiles the step
+            (`compile_config`, default transformers' `CompileConfig()`) and captures it as CUDA graphs;
+            `"dynamic"` keeps transformers' dynamic cache; unset, a CUDA call on a tested decoder-only
+            architecture with full attention takes the static cache with CUDA graphs, uncompiled, and every other
+            call the dynamic cache. `disable_compile=True`: no compilation and no graphs (`lookahead.static`).
 
     Returns:
         LongTensor [batch, length + new] (prompt then new tokens); with `return_dict_in_generate=True` the

@@ -7,7 +7,9 @@ attention mask is built on the device from three step inputs: each row's next sl
 ancestry, so every step has the same shapes. Query widths are padded up to a few sizes (1, 2, 4, ..., 64): on CUDA
 each (batch, width) is captured once as a CUDA graph and replayed, so a step costs one host-to-device copy, one graph
 launch and one device-to-host copy of the argmax (reference: gpt-fast's static cache; vLLM's captured sizes).
-Rows that finish stay in the batch (their outputs are ignored) so that shapes never change.
+Rows that finish stay in the batch (their outputs are ignored) so that shapes never change. A compiled step
+(`torch.compile`, inductor's kernels under our graphs) is padded to fewer widths (1, 4, 16, 64): each is a
+compilation. Which calls take this path, and compiled or not, is `static_mode`'s decision.
 """
 from __future__ import annotations
 

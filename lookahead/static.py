@@ -7,7 +7,9 @@ attention mask is built on the device from three step inputs: each row's next sl
 ancestry, so every step has the same shapes. Query widths are padded up to a few sizes (1, 2, 4, ..., 64): on CUDA
 each (batch, width) is captured once as a CUDA graph and replayed, so a step costs one host-to-device copy, one graph
 launch and one device-to-host copy of the argmax (reference: gpt-fast's static cache; vLLM's captured sizes).
-Rows that finish stay in the batch (their outputs are ignored) so that shapes never change. A compiled step
+Rows that finish stay in the batch (their outputs are ignored) so that shapes do not change, until the rows still
+running fit a batch of a power of four at most half as large: then their slots move there (one gather), and later
+steps compute only them (a batch of 16 code edits ends with its 2-4 slowest rows for half its steps). A compiled step
 (`torch.compile`, inductor's kernels under our graphs) is padded to fewer widths (1, 4, 16, 64): each is a
 compilation. Which calls take this path, and compiled or not, is `static_mode`'s decision.
 """
@@ -76,6 +78,7 @@ class SlotCache(Cache):
         self.kv = torch.zeros((2, text.num_hidden_layers, batch, heads, slots, head_dim), dtype=dtype, device=device)
         self.rows = torch.arange(batch, device=device)[:, None]
         self.writes = torch.zeros((batch, 1), dtype=torch.long, device=device)
+        self.origin = torch.arange(batch, device=device)  # the call's row that each batch row holds (compaction)
         super().__init__(layers=[SlotLayer(self, i) for i in range(text.num_hidden_layers)])
 
     def move(self, src: torch.Tensor, dst: torch.Tensor) -> None:
@@ -179,6 +182,7 @@ class StaticCausalLM:
         check_static(model, slots)
         self.model, self.input_ids, self.mask, self.p = model, input_ids, mask, p
         self.graphs = graphs and model.device.type == "cuda"
+        self.slots, self.compile_config = slots, compile_config
         self.state = _state(model, b, slots, compile_config)
         self.pos = mask.sum(-1).cpu().numpy()  # [b] position id of each row's next token
         self.write = np.full(b, p, dtype=np.int64)  # [b] each row's next slot
@@ -196,6 +200,7 @@ class StaticCausalLM:
         state.prompt_valid.zero_()
         state.prompt_valid[:, :p] = valid
         state.start.fill_(p)
+        state.cache.origin.copy_(torch.arange(len(valid), device=dev))
         s = torch.arange(state.cache.slots, device=dev)
         q = torch.arange(p, device=dev)[:, None]
         allowed = (s[None, None, :] <= q) & torch.cat([valid, state.prompt_valid[:, p:]], 1)[:, None, :]
@@ -246,9 +251,34 @@ class StaticCausalLM:
         self.pos[rows] += verdict.counts + 1
 
     def keep(self, rows: list) -> None:
-        """Keep running only the loop's rows `rows` (the others stay in the batch, ignored)."""
+        """Keep running only the loop's rows `rows`. The others stay in the batch, ignored, until the running rows
+        fit a batch of a power of four at most half as large: then they move there (`_compact`)."""
         self.active = self.active[rows]
-        self._active = torch.from_numpy(self.active).to(self.model.device)
+        if len(self.active) and _compacted(len(self.active)) <= len(self.write) // 2:
+            self._compact()
+        else:
+            self._active = torch.from_numpy(self.active).to(self.model.device)
+
+    def _compact(self) -> None:
+        """Move the running rows' slots (every layer's keys and values, the prompt mask, which call row each holds)
+        into the state of a batch of the next power of four at or above their number: later steps compute only them
+        (powers of four: few batch sizes, each a set of graphs or compilations). Spare rows repeat the last running
+        row (their outputs are ignored)."""
+        live = len(self.active)
+        size = _compacted(live)
+        src = np.concatenate([self.active, np.full(size - live, self.active[-1])])
+        old, new = self.state, _state(self.model, size, self.slots, self.compile_config)
+        index = torch.from_numpy(src).to(self.model.device)
+        n = min(old.cache.slots, new.cache.slots)
+        new.cache.kv[:, :, :, :, :n] = old.cache.kv[:, :, index, :, :n]
+        new.prompt_valid.zero_()
+        new.prompt_valid[:, :n] = old.prompt_valid[index, :n]
+        new.start.copy_(old.start)
+        new.cache.origin.copy_(old.cache.origin[index])
+        self.state, self.write, self.pos = new, self.write[src], self.pos[src]
+        self.active = np.arange(live)
+        self._active = torch.arange(live, device=self.model.device)
+        self.host = {}
 
     def _host(self, width: int) -> np.ndarray:
         """The pinned host buffer of a step's inputs (a numpy view [b, 3 * width + 1]): tokens, positions, the next
@@ -306,6 +336,14 @@ def _bits(seen: np.ndarray) -> np.ndarray:
     """[b, n, n] bool (query q sees column c) -> [b, n] int64 with bit c set where q sees c (n <= 64)."""
     return (seen.astype(np.uint64) << np.arange(seen.shape[2], dtype=np.uint64)).sum(-1, dtype=np.uint64).view(
         np.int64)
+
+
+def _compacted(live: int) -> int:
+    """The batch `live` running rows are compacted into: the smallest power of four that holds them."""
+    size = 1
+    while size < live:
+        size *= 4
+    return size
 
 
 def _bucket(n: int, sizes=WIDTHS) -> int:

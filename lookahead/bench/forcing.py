@@ -17,7 +17,9 @@ right next token, whatever siblings the tree holds.
 Rows are told apart by their prompt: at the prefill (a forward whose 2-D attention mask covers only its inputs, or
 the first forward after `reset`) each row's prompt is looked up once on the host. lookahead drops finished rows
 from its batch; when a forward comes with fewer rows, the survivors (who keep their order) are matched once more,
-by the (position, token) of their first input against the recorded sequences of the previous rows.
+by the (position, token) of their first input against the recorded sequences of the previous rows. lookahead's
+static cache says itself which call row each batch row holds (`SlotCache.origin`, a device tensor): there the
+hook reads it, on the device, so that a captured forward needs no host work when the batch is compacted.
 
 One instance should serve a whole run: a CUDA graph captured during a forward keeps the addresses of the tensors the
 hook used then (`rows` and `table` are updated in place for that reason).
@@ -99,13 +101,17 @@ class ForcedOutputs:
         if positions is None:
             positions = _positions(mask, q, input_ids.device)
         prefill = mask is not None and mask.dim() == 2 and mask.shape[-1] == q
+        origin = getattr(kwargs.get("past_key_values"), "origin", None)  # lookahead's static cache: the call row
+        rows = self.rows[:b]                                               # each batch row holds, on the device
         if self.batch == 0 or prefill:
             if not self._identify(input_ids, mask if prefill else None):
                 return output  # not a prompt of the traces (e.g. a calibration forward): leave it alone
+        elif origin is not None:
+            rows = self.rows[origin[:b]]
         elif b != self.batch:
             self._survivors(input_ids, positions)
         at = (positions[:, -logits.shape[1]:] + 1).clamp(max=self.width - 1)  # [b, q'] next position
-        nxt = self.table[self.rows[:b, None], at]  # [b, q'] recorded next tokens
+        nxt = self.table[rows[:, None], at]  # [b, q'] recorded next tokens
         logits.fill_(LOW).scatter_(-1, nxt[..., None], 0.0)
         return output
 

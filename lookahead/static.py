@@ -9,7 +9,8 @@ each (batch, width) is captured once as a CUDA graph and replayed, so a step cos
 launch and one device-to-host copy of the argmax (reference: gpt-fast's static cache; vLLM's captured sizes).
 Rows that finish stay in the batch (their outputs are ignored) so that shapes do not change, until the rows still
 running fit a batch of a power of four at most half as large: then their slots move there (one gather), and later
-steps compute only them (a batch of 16 code edits ends with its 2-4 slowest rows for half its steps). A compiled step
+steps compute only them (a batch of 16 code edits ends with its 2-4 slowest rows for half its steps); not when the
+step is compiled, where each batch size costs compilations. A compiled step
 (`torch.compile`, inductor's kernels under our graphs) is padded to fewer widths (1, 4, 16, 64): each is a
 compilation. Which calls take this path, and compiled or not, is `static_mode`'s decision.
 """
@@ -252,9 +253,10 @@ class StaticCausalLM:
 
     def keep(self, rows: list) -> None:
         """Keep running only the loop's rows `rows`. The others stay in the batch, ignored, until the running rows
-        fit a batch of a power of four at most half as large: then they move there (`_compact`)."""
+        fit a batch of a power of four at most half as large: then they move there (`_compact`), unless the step is
+        compiled (each batch size would cost its own compilations: about a minute on an H100)."""
         self.active = self.active[rows]
-        if len(self.active) and _compacted(len(self.active)) <= len(self.write) // 2:
+        if self.compile_config is None and len(self.active) and _compacted(len(self.active)) <= len(self.write) // 2:
             self._compact()
         else:
             self._active = torch.from_numpy(self.active).to(self.model.device)

@@ -178,19 +178,37 @@ def test_a_compiled_step_gives_the_same_tokens():
     assert torch.equal(out, expected)
 
 
+def _staggered():
+    """A tiny model, a left-padded batch of 5 and an eos id that ends rows 0-3 within 25 tokens and never row 4."""
+    model = tiny_model("llama", seed=3)
+    batch, mask = left_padded([30, 17, 41, 25, 33])
+    plain = model.generate(batch, attention_mask=mask, do_sample=False, max_new_tokens=40, eos_token_id=None)
+    first = [{t: row.index(t) for t in reversed(row)} for row in plain[:, batch.shape[1]:].tolist()]
+    eos = next(t for t in range(3, 96) if all(first[r].get(t, 99) < 25 for r in range(4)) and t not in first[4])
+    return model, batch, mask, eos
+
+
 @pytest.mark.parametrize("draft", ["chain", "tree"])
 def test_rows_that_finish_are_compacted_away_and_the_rest_stays_exact(draft):
     """When few rows still run, they move into a smaller batch (a power of four); the outputs stay greedy's."""
     import lookahead.static as S
 
-    model = tiny_model("llama", seed=3)
-    batch, mask = left_padded([30, 17, 41, 25, 33])
-    plain = model.generate(batch, attention_mask=mask, do_sample=False, max_new_tokens=40, eos_token_id=None)
-    new = plain[:, batch.shape[1]:].tolist()
-    first = [{t: row.index(t) for t in reversed(row)} for row in new]  # each token's first position per row
-    eos = next(t for t in range(3, 96) if all(first[r].get(t, 99) < 25 for r in range(4)) and t not in first[4])
+    model, batch, mask, eos = _staggered()
     expected = model.generate(batch, attention_mask=mask, do_sample=False, max_new_tokens=40, eos_token_id=eos)
     out = generate(model, batch, attention_mask=mask, max_new_tokens=40, eos_token_id=eos, lookup="suffix",
                    draft=draft, cache_implementation="static", draft_cost=0.0)
     assert torch.equal(out, expected)
     assert {s.cache.rows.shape[0] for s in S._STATES[model]} == {5, 1}  # the last running row moved to a batch of 1
+
+
+def test_a_compiled_step_keeps_its_batch(monkeypatch):
+    """With a compiled step the finished rows stay in the batch: a smaller one would cost compilations of its own."""
+    import lookahead.static as S
+
+    monkeypatch.setattr(S.torch, "compile", lambda fn, **options: fn)  # "compiled", at no cost
+    model, batch, mask, eos = _staggered()
+    expected = model.generate(batch, attention_mask=mask, do_sample=False, max_new_tokens=40, eos_token_id=eos)
+    out = generate(model, batch, attention_mask=mask, max_new_tokens=40, eos_token_id=eos, lookup="suffix",
+                   cache_implementation="static", compile_config=T.CompileConfig())
+    assert torch.equal(out, expected)
+    assert {s.cache.rows.shape[0] for s in S._STATES[model]} == {5}

@@ -112,7 +112,7 @@ class _State:
         self.prompt_valid = torch.zeros((batch, slots), dtype=torch.bool, device=device)
         self.start = torch.zeros((), dtype=torch.long, device=device)  # first slot after the prompts
         self.inputs, self.outputs, self.graphs = {}, {}, {}
-        self.pool = None
+        self.pool, self.eager = None, False  # eager: capturing failed once, so this state runs without graphs
         # step(model, state, inputs): the model is an argument, so that torch.compile traces into it (a weak proxy
         # breaks its graph) and the state holds no reference that would keep the model alive
         self.step, self.compiled = _step, compile_config is not None
@@ -182,7 +182,8 @@ class StaticCausalLM:
         slots = p + max_new + self.widths[-1]
         check_static(model, slots)
         self.model, self.input_ids, self.mask, self.p = model, input_ids, mask, p
-        self.graphs = graphs and model.device.type == "cuda"
+        self.cuda = model.device.type == "cuda"  # host buffers pinned: asynchronous copies to the device
+        self.graphs = graphs and self.cuda
         self.slots, self.compile_config = slots, compile_config
         self.state = _state(model, b, slots, compile_config)
         self.pos = mask.sum(-1).cpu().numpy()  # [b] position id of each row's next token
@@ -245,7 +246,7 @@ class StaticCausalLM:
             src[rows] += cols
             dst[rows] += np.arange(cols.shape[1])[None, :]
             moves = torch.from_numpy(np.stack([src, dst]))
-            moves = moves.pin_memory() if self.graphs else moves
+            moves = moves.pin_memory() if self.cuda else moves
             moves = moves.to(self.model.device, non_blocking=True)
             self.state.cache.move(moves[0], moves[1])
         self.write[rows] += verdict.counts + 1
@@ -288,7 +289,7 @@ class StaticCausalLM:
         if width not in self.host:
             b = len(self.write)
             buf = torch.zeros((b, 3 * width + 1), dtype=torch.long)
-            self.host[width] = buf.pin_memory() if self.graphs else buf
+            self.host[width] = buf.pin_memory() if self.cuda else buf
         return self.host[width].numpy()
 
     def _run(self, width: int) -> torch.Tensor:
@@ -297,10 +298,17 @@ class StaticCausalLM:
         if width not in state.inputs:
             state.inputs[width] = torch.zeros_like(self.host[width], device=self.model.device)
         state.inputs[width].copy_(self.host[width], non_blocking=True)
-        if not self.graphs:
+        if not self.graphs or state.eager:
             return state.run(self.model, width)
         if width not in state.graphs:
-            self._capture(width)
+            try:
+                self._capture(width)
+            except Exception as error:  # a kernel that cannot be captured: the same step, replayed by nobody
+                logger.warning("lookahead: capturing the static step as a CUDA graph failed (%s: %s); running it "
+                               "without graphs (pass disable_compile=True to skip capturing)", type(error).__name__,
+                               error)
+                state.eager = True
+                return state.run(self.model, width)
         state.graphs[width].replay()
         return state.outputs[width]
 
@@ -370,6 +378,17 @@ def _state(model, batch: int, slots: int, compile_config) -> _State:
     return state
 
 
+def clear(model) -> None:
+    """Free the static caches (and their CUDA graphs) kept for `model`; later calls allocate them again. They are
+    also freed with the model. At most `MAX_STATES` are kept per model."""
+    _STATES.pop(model, None)
+
+
+def _devices(model) -> set:
+    """The devices a model's weights are spread over by `device_map` (empty when it was not)."""
+    return {str(d) for d in (getattr(model, "hf_device_map", None) or {}).values()}
+
+
 def static_mode(model, config) -> tuple | None:
     """How a decoder-only call runs: None for the dynamic cache, else (graphs, compile_config) of the static one.
 
@@ -378,12 +397,16 @@ def static_mode(model, config) -> tuple | None:
       CPU it runs eagerly unless a compile_config is given. disable_compile=True: neither graphs nor compilation.
     - cache_implementation unset, on CUDA: the static cache with CUDA graphs, uncompiled (capture takes about a
       second per width, a compilation ~15 s), for the architectures the static path is tested on (`TESTED`) when
-      they attend to every position; others keep the dynamic cache.
+      they attend to every position and sit on one device; others keep the dynamic cache.
     - anything else ("dynamic", ...): the dynamic cache.
     """
     implementation = getattr(config, "cache_implementation", None)
     cuda = model.device.type == "cuda"
     off = bool(getattr(config, "disable_compile", False))
+    spread = len(_devices(model)) > 1
+    if implementation == "static" and spread:
+        raise ValueError(f"cache_implementation='static' keeps the cache on one device; this model is spread over "
+                         f"{sorted(_devices(model))} by device_map: leave cache_implementation unset")
     if implementation == "static":
         compile_config = getattr(config, "compile_config", None)
         if compile_config is None and cuda:
@@ -392,8 +415,9 @@ def static_mode(model, config) -> tuple | None:
             compile_config = CompileConfig()
         return (False, None) if off else (True, compile_config)
     text = model.config.get_text_config(decoder=True)
-    if implementation is None and cuda and not off and getattr(model.config, "model_type", None) in TESTED \
-            and not isinstance(getattr(text, "sliding_window", None), int):
+    windowed = isinstance(getattr(text, "sliding_window", None), int)
+    if implementation is None and cuda and not off and not spread and not windowed \
+            and getattr(model.config, "model_type", None) in TESTED:
         return True, None
     return None
 

@@ -212,3 +212,47 @@ def test_a_compiled_step_keeps_its_batch(monkeypatch):
                    cache_implementation="static", compile_config=T.CompileConfig())
     assert torch.equal(out, expected)
     assert {s.cache.rows.shape[0] for s in S._STATES[model]} == {5}
+
+
+def test_a_model_spread_over_devices_keeps_the_dynamic_cache():
+    """device_map over several devices: the default stays dynamic, and an explicit static cache is refused."""
+    from lookahead.static import static_mode
+
+    llama = _OnCuda(tiny_model("llama"))
+    llama.hf_device_map = {"model.layers.0": 0, "model.layers.1": 1}
+    assert static_mode(llama, _Config()) is None
+    with pytest.raises(ValueError, match="cache_implementation='static' keeps the cache on one device"):
+        static_mode(llama, _Config(cache_implementation="static"))
+
+
+def test_a_step_that_cannot_be_captured_runs_without_graphs(caplog):
+    """Where capturing a CUDA graph fails (here: no CUDA at all), the step warns once and runs without graphs."""
+    from lookahead.static import StaticCausalLM
+
+    model = tiny_model("phi3")
+    ids = repeated_prompt(2, 40)[None]
+    expected = model.generate(ids, do_sample=False, max_new_tokens=24)
+    init = StaticCausalLM.__init__
+
+    def with_graphs(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        self.graphs = True  # as on CUDA
+
+    StaticCausalLM.__init__ = with_graphs
+    try:
+        with caplog.at_level("WARNING", logger="lookahead.static"):
+            out = generate(model, ids, max_new_tokens=24, cache_implementation="static")
+    finally:
+        StaticCausalLM.__init__ = init
+    assert torch.equal(out, expected)
+    assert sum("capturing the static step as a CUDA graph failed" in r.message for r in caplog.records) == 1
+
+
+def test_clear_frees_the_kept_caches():
+    from lookahead.static import _STATES, clear
+
+    model = tiny_model("llama")
+    generate(model, repeated_prompt(0, 30)[None], max_new_tokens=4, cache_implementation="static")
+    assert _STATES[model]
+    clear(model)
+    assert model not in _STATES

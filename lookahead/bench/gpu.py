@@ -28,7 +28,8 @@ from .timing import ForwardTimer, spread
 
 GREEDY, STATIC, LOOKUP = "hf-greedy", "hf-greedy-static", "hf-prompt-lookup-2"
 LOOKAHEAD = ("lookahead-ngram-dynamic", "lookahead-suffix-tree-dynamic", "lookahead-ngram", "lookahead-suffix",
-             "lookahead-suffix-tree", "lookahead-ngram-static", "lookahead-suffix-static", "lookahead-suffix-tree-static")
+             "lookahead-suffix-tree", "lookahead-ngram-static", "lookahead-suffix-static",
+             "lookahead-suffix-tree-static")
 TARGETS = [  # (workload, batch, what, baseline, at least): issue 12's targets
     ("code-edit", 1, "x fastest greedy", "fastest", 4.0), ("code-edit", 1, "x HF prompt lookup", LOOKUP, 2.0),
     ("summarization", 1, "x fastest greedy", "fastest", 2.0), ("code-edit", 16, "x fastest greedy", "fastest", 2.0),
@@ -117,8 +118,8 @@ def run_plan(model, workloads: dict, plan: Plan, eos: int, log=print, progress=N
 def _row(workload: str, batch: int, method: str, samples: list, first: float) -> Row:
     per_token = [1e3 * s.seconds / max(s.tokens, 1) for s in samples]
     median = samples[int(np.argsort(per_token)[len(per_token) // 2])]
-    return Row(workload, batch, method, spread(per_token), per_step(median), median.tokens, median.steps, median.drafted,
-               first,
+    return Row(workload, batch, method, spread(per_token), per_step(median), median.tokens, median.steps,
+               median.drafted, first,
                sum(s.mismatches for s in samples))
 
 

@@ -77,8 +77,8 @@ _SD = "arctic-inference (benchmarks/suffix_decoding.py; see benchmarks/README.md
 
 METHODS: dict[str, Method] = {m.name: m for m in [
     Method("lookahead-none", "lookahead's loop drafting nothing", runner="lookahead", options={"lookup": "none"}),
-    Method("lookahead-ngram", "lookahead NgramIndex chains (the default cache: static with CUDA graphs on CUDA)", _NGRAM, runner="lookahead",
-           options={"lookup": "ngram"}),
+    Method("lookahead-ngram", "lookahead NgramIndex chains (default cache: static with CUDA graphs on CUDA)", _NGRAM,
+           runner="lookahead", options={"lookup": "ngram"}),
     Method("lookahead-suffix", "lookahead SuffixIndex chains", _SUFFIX, runner="lookahead",
            options={"lookup": "suffix"}),
     Method("lookahead-suffix-tree", f"lookahead SuffixIndex trees ({TREE_NODES} nodes)", _SUFFIX, tree=True,

@@ -163,3 +163,38 @@ def test_gpu_script_runs_from_exported_traces(setup, tmp_path):
     bad = subprocess.run([sys.executable, "benchmarks/gpu.py", "--repeats", "0"], cwd=ROOT, capture_output=True,
                          text=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert bad.returncode == 2 and "argument --repeats: expected an integer >= 1, got '0'" in bad.stderr
+
+
+def test_a_step_split_leaves_the_wait_for_a_queued_forward_out_of_the_host_time():
+    """On a GPU the host waits for the queued forward inside "accept": per_step charges that wait to the forward."""
+    from lookahead.bench.steps import Sample, per_step
+
+    sample = Sample(seconds=2.5, decode_seconds=2.0, forward_seconds=1.0, steps=10,
+                    phases={"draft": 0.2, "forward": 0.1, "accept": 1.2, "commit": 0.1})
+    split = per_step(sample)
+    assert split["forward"] == pytest.approx(100.0) and split["draft"] == pytest.approx(20.0)
+    assert split["accept+commit"] == pytest.approx(40.0)  # (1.2 + 0.1 - (1.0 - 0.1)) s over 10 steps
+    assert split["rest"] == pytest.approx(40.0) and split["host share"] == pytest.approx(0.5)
+
+
+def test_a_method_that_fails_is_logged_and_left_out(setup):
+    """One broken method costs its own row, not the others' figures."""
+    from dataclasses import replace
+
+    from lookahead.bench.steps import Batch, run_rounds
+    from lookahead.bench.timing import ForwardTimer
+
+    traces, eos, model = setup
+    forced = ForcedOutputs(traces, eos, model.device)
+    hook = forced.attach(model)
+    try:
+        ids, mask = e2e.left_pad([traces[0][0]], eos, "cpu")
+        good = resolve(["lookahead-ngram"])[0]
+        broken = replace(good, name="broken", options={"lookup": "no-such-lookup"})
+        lines = []
+        samples, first = run_rounds(model, [broken, good], [Batch(ids, mask, (0,), 8)], forced,
+                                    ForwardTimer("cpu"), eos, 1, log=lines.append)
+    finally:
+        hook.remove()
+    assert list(samples) == ["lookahead-ngram"] and samples["lookahead-ngram"][0].mismatches == 0
+    assert any(line.startswith("broken failed and is left out: ValueError") for line in lines)

@@ -363,7 +363,8 @@ def _bucket(n: int, sizes=WIDTHS) -> int:
 
 def _state(model, batch: int, slots: int, compile_config) -> _State:
     """A kept state of `model` for this batch size, dtype and compilation with at least `slots` slots, or a new one
-    (slots rounded up to a power of two, at least 256, so that calls of other lengths reuse it and its graphs)."""
+    (`_round_slots`, so that calls of other lengths reuse it and its graphs). Where the device has no room for a new
+    one, every other kept state of the model is dropped and the allocation tried once more."""
     key = (batch, model.dtype, None if compile_config is None else repr(compile_config))
     states = _STATES.setdefault(model, [])
     fits = [s for s in states if s.key == key and s.cache.slots >= slots]
@@ -371,11 +372,28 @@ def _state(model, batch: int, slots: int, compile_config) -> _State:
     if state is None:
         states[:] = [s for s in states if s.key != key]  # a longer one replaces the shorter ones
         del states[: max(len(states) - MAX_STATES + 1, 0)]
-        state = _State(model, batch, max(256, 1 << (slots - 1).bit_length()), compile_config)
+        try:
+            state = _State(model, batch, _round_slots(slots), compile_config)
+        except torch.OutOfMemoryError:
+            states.clear()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            state = _State(model, batch, _round_slots(slots), compile_config)
     else:
         states.remove(state)
     states.append(state)
     return state
+
+
+def _round_slots(slots: int) -> int:
+    """Slots rounded up to one of eight steps per power of two (at least 256): at most 1/8 more than asked for,
+    and few distinct sizes, so that a kept cache serves calls of nearby lengths.
+
+    >>> [_round_slots(n) for n in (100, 656, 1100, 8256)]
+    [256, 768, 1280, 10240]
+    """
+    step = max(256, (1 << (slots - 1).bit_length()) // 8)
+    return -(-slots // step) * step
 
 
 def clear(model) -> None:

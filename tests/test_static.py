@@ -256,3 +256,22 @@ def test_clear_frees_the_kept_caches():
     assert _STATES[model]
     clear(model)
     assert model not in _STATES
+
+
+def test_no_room_for_a_new_cache_drops_the_kept_ones_and_retries(monkeypatch):
+    """An out-of-memory error while allocating a cache drops the model's other kept caches and tries once more."""
+    import lookahead.static as S
+
+    model = tiny_model("llama")
+    kept = S._state(model, 2, 100, None)
+    real, calls = S._State, []
+
+    def tight(*args, **kwargs):
+        calls.append(args[1])
+        if len(calls) == 1:
+            raise torch.OutOfMemoryError("no room")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(S, "_State", tight)
+    state = S._state(model, 3, 100, None)
+    assert calls == [3, 3] and S._STATES[model] == [state] and kept not in S._STATES[model]

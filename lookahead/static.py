@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import threading
 import weakref
 
 import numpy as np
@@ -107,7 +108,7 @@ class _State:
 
     def __init__(self, model, batch: int, slots: int, compile_config=None):
         device = model.device
-        self.key = (batch, model.dtype, None if compile_config is None else repr(compile_config))
+        self.key = _key(model, batch, compile_config)
         self.cache = SlotCache(model.config, batch, slots, model.dtype, device)
         self.prompt_valid = torch.zeros((batch, slots), dtype=torch.bool, device=device)
         self.start = torch.zeros((), dtype=torch.long, device=device)  # first slot after the prompts
@@ -365,7 +366,7 @@ def _state(model, batch: int, slots: int, compile_config) -> _State:
     """A kept state of `model` for this batch size, dtype and compilation with at least `slots` slots, or a new one
     (`_round_slots`, so that calls of other lengths reuse it and its graphs). Where the device has no room for a new
     one, every other kept state of the model is dropped and the allocation tried once more."""
-    key = (batch, model.dtype, None if compile_config is None else repr(compile_config))
+    key = _key(model, batch, compile_config)
     states = _STATES.setdefault(model, [])
     fits = [s for s in states if s.key == key and s.cache.slots >= slots]
     state = min(fits, key=lambda s: s.cache.slots) if fits else None
@@ -383,6 +384,12 @@ def _state(model, batch: int, slots: int, compile_config) -> _State:
         states.remove(state)
     states.append(state)
     return state
+
+
+def _key(model, batch: int, compile_config) -> tuple:
+    """What a kept state serves: a batch size, a dtype, a compilation and a thread (threads that generate with one
+    model at once each get their own caches)."""
+    return batch, model.dtype, None if compile_config is None else repr(compile_config), threading.get_ident()
 
 
 def _round_slots(slots: int) -> int:

@@ -275,3 +275,27 @@ def test_no_room_for_a_new_cache_drops_the_kept_ones_and_retries(monkeypatch):
     monkeypatch.setattr(S, "_State", tight)
     state = S._state(model, 3, 100, None)
     assert calls == [3, 3] and S._STATES[model] == [state] and kept not in S._STATES[model]
+
+
+def test_threads_generating_with_one_model_get_their_own_caches():
+    """Two threads that generate with one model at once each get exact output (each has its own static cache)."""
+    import threading
+
+    from lookahead.static import _STATES
+
+    model = tiny_model("gpt2")
+    prompts = [repeated_prompt(seed, 40)[None] for seed in (5, 6)]
+    expected = [model.generate(ids, do_sample=False, max_new_tokens=30) for ids in prompts]
+    results = {}
+
+    def run(i):
+        results[i] = [generate(model, prompts[i], max_new_tokens=30, cache_implementation="static")
+                      for _ in range(3)]
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(torch.equal(out, expected[i]) for i in (0, 1) for out in results[i])
+    assert len({s.key[-1] for s in _STATES[model]}) == 2

@@ -34,6 +34,7 @@ _BIT = (np.uint64(1) << np.arange(64, dtype=np.uint64)).view(np.int64)  # query 
 _UPTO = (np.cumsum(_BIT.view(np.uint64), dtype=np.uint64)).view(np.int64)  # query q sees columns 0..q (a chain)
 RECOMPILE_LIMIT = 64  # compiled step specialisations per process: batch sizes x widths
 _STATES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> [_State], most recently used last
+_LOCK = threading.Lock()
 
 
 class SlotLayer(CacheLayerMixin):
@@ -366,7 +367,11 @@ def _state(model, batch: int, slots: int, compile_config) -> _State:
     """A kept state of `model` for this batch size, dtype and compilation with at least `slots` slots, or a new one
     (`_round_slots`, so that calls of other lengths reuse it and its graphs). Where the device has no room for a new
     one, every other kept state of the model is dropped and the allocation tried once more."""
-    key = _key(model, batch, compile_config)
+    with _LOCK:  # threads may share a model (each has its own states, all in one list)
+        return _kept_state(model, _key(model, batch, compile_config), batch, slots, compile_config)
+
+
+def _kept_state(model, key: tuple, batch: int, slots: int, compile_config) -> _State:
     states = _STATES.setdefault(model, [])
     fits = [s for s in states if s.key == key and s.cache.slots >= slots]
     state = min(fits, key=lambda s: s.cache.slots) if fits else None

@@ -10,6 +10,7 @@ Example:
 """
 from __future__ import annotations
 
+import json
 import numbers
 
 import numpy as np
@@ -49,3 +50,14 @@ def check_float(name: str, value, low: float, high: float | None = None, low_ope
     if high is not None and not value <= high:
         raise ValueError(f"{name} must be <= {high:g}, got {value:g}")
     return value
+
+
+def json_object(text: str) -> dict:
+    """One JSONL line as a dict; ValueError saying what is wrong ("not JSON (...)", "expected a JSON object ...")."""
+    try:
+        row = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"not JSON ({error.msg} at column {error.colno})") from None
+    if not isinstance(row, dict):
+        raise ValueError(f"expected a JSON object, got {type(row).__name__}")
+    return row

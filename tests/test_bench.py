@@ -189,7 +189,7 @@ def test_bad_lines_are_reported_by_file_and_line_and_skipped(tmp_path):
     assert errors == [
         f"{path}:2: missing field 'output' (expected one of 'output', 'output_ids', 'completion': text or a list "
         "of token ids)",
-        f"{path}:3: not valid JSON (Expecting value at column 1)",
+        f"{path}:3: not JSON (Expecting value at column 1)",
         f"{path}:4: token id 300 in 'output_ids' is outside the tokenizer's vocabulary [0, 256)",
         f"{path}:5: field 'output' must be text or a list of integer token ids, got a list holding str 'x'",
         f"{path}:6: empty output: nothing to measure",

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .._checks import json_object
+
 SOURCES = ("prompt", "messages", "input_ids")
 
 
@@ -86,11 +88,9 @@ def parse_line(text: str, number: int, model: Model, first_seen: dict) -> Line:
             long for the model, ids outside the vocabulary, malformed documents.
     """
     try:
-        row = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise BadLine(f"not JSON ({error.msg} at column {error.colno})") from None
-    if not isinstance(row, dict):
-        raise BadLine(f"expected a JSON object, got {type(row).__name__}")
+        row = json_object(text)
+    except ValueError as error:
+        raise BadLine(str(error)) from None
     line_id = row.get("id", number)
     if isinstance(line_id, bool) or not isinstance(line_id, (str, int)):
         raise BadLine(f'"id" must be a string or an integer, got {json.dumps(line_id)}')

@@ -13,10 +13,11 @@ errors naming the file and line, and skipped; the other lines are read.
 from __future__ import annotations
 
 import gzip
-import json
 from pathlib import Path
 
 import numpy as np
+
+from .._checks import json_object
 
 PROMPT_FIELDS = ("prompt", "prompt_ids")
 OUTPUT_FIELDS = ("output", "output_ids", "completion")
@@ -116,12 +117,7 @@ def read_traces(path, tokenizer=None) -> tuple[list, list]:
 
 def parse_line(line: str, tokenizer, id_limit: int) -> tuple[np.ndarray, np.ndarray]:
     """One JSONL line as ``(prompt_ids, output_ids)``, ids in [0, id_limit); ValueError saying what is wrong."""
-    try:
-        row = json.loads(line)
-    except json.JSONDecodeError as error:
-        raise ValueError(f"not valid JSON ({error.msg} at column {error.colno})") from None
-    if not isinstance(row, dict):
-        raise ValueError(f"expected a JSON object, got {type(row).__name__}")
+    row = json_object(line)
     prompt = _ids(row, PROMPT_FIELDS, tokenizer, id_limit)
     output = _ids(row, OUTPUT_FIELDS, tokenizer, id_limit)
     if len(output) == 0:

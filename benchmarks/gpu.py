@@ -6,7 +6,7 @@ contexts. Harness: ``lookahead.bench.gpu``; tables and targets printed, markdown
 The GPU machine has no ../shared/data: export the traces first (here), carry the folder, then run one command:
 
     python benchmarks/gpu.py --export                      # writes benchmarks/.cache/gpu-traces/*.jsonl (gitignored)
-    python benchmarks/gpu.py --out /tmp/gpu                # on the GPU machine: < 9 minutes on an H100
+    python benchmarks/gpu.py --out /tmp/gpu                # on the GPU machine: 452 s on an H100
     python benchmarks/gpu.py --device cpu --shape tiny --dtype fp32 --batch 1 2 --max-new 16 --out /tmp/cpu  # smoke
 """
 from __future__ import annotations

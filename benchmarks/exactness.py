@@ -45,7 +45,8 @@ def main(argv=None) -> int:
     rows = exactness.measure(args.model, prompts, args.dtypes, args.methods, args.max_new, draft_cost=args.draft_cost,
                               device=args.device)
     cost = "default" if args.draft_cost is None else f"{args.draft_cost:g}"
-    print(f"\n{args.model.name}, {len(prompts)} prompts, at most {args.max_new} new tokens, {args.device}, batch 1, lookahead "
+    print(f"\n{args.model.name}, {len(prompts)} prompts, at most {args.max_new} new tokens, {args.device}, batch 1, "
+          "lookahead "
           f"draft_cost {cost}; compared with model.generate(do_sample=False) in the same dtype\n")
     print(exactness.markdown(rows))
     return 0

@@ -161,7 +161,8 @@ def markdown(rows: list) -> str:
     for key in dict.fromkeys((r.workload, r.batch) for r in rows):
         parts.append(f"### {key[0]}, batch {key[1]}\n")
         parts.append("| method | ms/token (min-max) | vs greedy | vs fastest greedy | vs HF lookup | steps | "
-                     "tokens/step | drafted/step | step ms | forward | draft | accept+commit | rest | host share | first call s | "
+                     "tokens/step | drafted/step | step ms | forward | draft | accept+commit | rest | host share | "
+                     "first call s | "
                      "same as recorded |")
         parts.append("| --- |" + " ---: |" * 14 + " --- |")
         for r in (r for r in rows if (r.workload, r.batch) == key):
@@ -169,7 +170,8 @@ def markdown(rows: list) -> str:
             parts.append(
                 f"| {r.method} | {med:.2f} ({lo:.2f}-{hi:.2f}) | {_cell(r.ratios['greedy'], unit='x')} | "
                 f"{_cell(r.ratios['fastest'], unit='x')} | {_cell(r.ratios[LOOKUP], unit='x')} | {r.steps} | "
-                f"{r.tokens / max(r.steps + 1, 1):.2f} | {r.drafted / max(r.steps, 1):.1f} | {_cell(s['step'])} | {_cell(s['forward'])} | "
+                f"{r.tokens / max(r.steps + 1, 1):.2f} | {r.drafted / max(r.steps, 1):.1f} | {_cell(s['step'])} | "
+                f"{_cell(s['forward'])} | "
                 f"{_cell(s.get('draft'))} | {_cell(s.get('accept+commit'))} | {_cell(s['rest'])} | "
                 f"{_cell(s['host share'], '.0%')} | {r.first_call:.1f} | "
                 f"{'yes' if not r.mismatches else f'NO ({r.mismatches} rows)'} |")

@@ -130,19 +130,18 @@ class _State:
     def run(self, model, width: int) -> torch.Tensor:
         """The step over the input buffer of `width`; compiled, each (batch, width) is one more specialisation,
         more than dynamo's default limit of 8 per function allows, so the limit is raised while it runs."""
-        if not self.compiled:
-            return _step(model, self, self.inputs[width])
-        limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
-        try:
-            with torch._dynamo.config.patch(recompile_limit=limit):
-                return self.step(model, self, self.inputs[width])
-        except Exception as error:  # no compiler here (e.g. no triton): the same step, uncompiled
-            if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
-                raise
-            logger.warning("lookahead: compiling the static step failed (%s: %s); running it uncompiled (pass "
-                           "disable_compile=True to skip compiling)", type(error).__name__, error)
-            self.step, self.compiled = _step, False
-            return _step(model, self, self.inputs[width])
+        if self.compiled:
+            limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
+            try:
+                with torch._dynamo.config.patch(recompile_limit=limit):
+                    return self.step(model, self, self.inputs[width])
+            except Exception as error:  # no compiler here (e.g. no triton): the same step, uncompiled
+                if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+                    raise
+                logger.warning("lookahead: compiling the static step failed (%s: %s); running it uncompiled (pass "
+                               "disable_compile=True to skip compiling)", type(error).__name__, error)
+                self.step, self.compiled = _step, False
+        return _step(model, self, self.inputs[width])
 
 
 def _step(model, state: _State, inputs: torch.Tensor) -> torch.Tensor:

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
-_BUCKETS = np.array([0, 1, 2, 3, 4, 6, 8, 12, 16, 32])  # lower edges of match-length buckets
+from . import _policy_kernels as K
+
+_BUCKETS = np.array([0, 1, 2, 3, 4, 6, 8, 12, 16, 32], dtype=np.int64)  # lower edges of match-length buckets
+K.warm_up()
 
 
 class CostCurve:
@@ -143,45 +146,25 @@ class DraftLength:
         self.max_tokens, self.cost = max_tokens, as_cost(cost)
         self.accepted = np.full(len(_BUCKETS), prior[0])
         self.rejected = np.full(len(_BUCKETS), prior[1])
-        self._tables, self._stale, self._costs = {}, {}, {}  # per batch size: lengths, buckets to redo, step costs
+        self.version = np.zeros(len(_BUCKETS), dtype=np.int64)  # moves when a step teaches the bucket anything
+        self._tables = {}  # per batch size: (step costs [K+1], best length [buckets], version seen [buckets])
 
     def choose(self, match_lengths: np.ndarray) -> np.ndarray:
         """Draft length for each row, given the length of the match behind its next proposal (one per row)."""
-        batch = len(match_lengths)
+        matches = np.asarray(match_lengths, dtype=np.int64)
+        batch = len(matches)
         if batch not in self._tables:
-            self._costs[batch] = step_cost(row_cost(self.cost, batch), np.arange(self.max_tokens + 1))
-            self._tables[batch] = self._best_lengths(self._costs[batch], np.arange(len(_BUCKETS)))
-            self._stale[batch] = np.zeros(len(_BUCKETS), dtype=bool)
-        table, stale = self._tables[batch], self._stale[batch]
-        if stale.any():  # only the buckets a step taught anything since
-            redo = np.flatnonzero(stale)
-            table[redo] = self._best_lengths(self._costs[batch], redo)
-            stale[:] = False
-        return np.where(match_lengths > 0, table[self._bucket(match_lengths)], 0)
+            costs = np.asarray(step_cost(row_cost(self.cost, batch), np.arange(self.max_tokens + 1)), dtype=float)
+            self._tables[batch] = (costs, np.zeros(len(_BUCKETS), np.int64), np.full(len(_BUCKETS), -1, np.int64))
+        out = np.empty(batch, dtype=np.int64)
+        K.choose(matches, _BUCKETS, self.accepted, self.rejected, self.version, *self._tables[batch], out)
+        return out
 
     def update(self, match_lengths: np.ndarray, drafted: np.ndarray, accepted: np.ndarray) -> None:
         """Record a step: the rows' match lengths, how many tokens each drafted and how many were accepted."""
-        used = drafted > 0
-        if not used.any():
-            return
-        buckets = self._bucket(match_lengths[used])
-        n = len(_BUCKETS)
-        self.accepted += np.bincount(buckets, accepted[used], minlength=n)  # whole counts: exact in any order
-        self.rejected += np.bincount(buckets, accepted[used] < drafted[used], minlength=n)
-        for stale in self._stale.values():
-            stale[buckets] = True
+        K.record(np.asarray(match_lengths, dtype=np.int64), np.asarray(drafted, dtype=np.int64),
+                 np.asarray(accepted, dtype=np.int64), _BUCKETS, self.accepted, self.rejected, self.version)
 
     def acceptance(self) -> np.ndarray:
         """Estimated per-token acceptance probability of each match-length bucket."""
         return self.accepted / (self.accepted + self.rejected)
-
-    def _best_lengths(self, costs: np.ndarray, buckets: np.ndarray) -> np.ndarray:
-        """Best draft length of each of `buckets`, given the step costs [K+1] of drafting 0..K tokens."""
-        q = self.acceptance()[buckets, None]  # [n, 1]
-        k = np.arange(self.max_tokens + 1)[None, :]  # [1, K+1]
-        gain = np.cumsum(np.where(k > 0, q ** k, 1.0), axis=1)  # expected tokens of a step drafting k
-        return np.argmax(gain / costs[None, :], axis=1)
-
-    @staticmethod
-    def _bucket(match_lengths: np.ndarray) -> np.ndarray:
-        return np.searchsorted(_BUCKETS, match_lengths, side="right") - 1

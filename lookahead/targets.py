@@ -97,10 +97,12 @@ class CausalLM:
     def verify(self, last: np.ndarray, batch, stats) -> torch.Tensor:
         """One forward over [last token, draft nodes] of every row; the logits after each of them [b, N+1, V]."""
         device = self._slots.device
-        tokens = to_device(np.concatenate([last[:, None], batch.tokens], axis=1), device)
+        tokens = np.empty((len(last), batch.width + 1), dtype=np.int64)
+        tokens[:, 0], tokens[:, 1:] = last, batch.tokens
+        tokens = to_device(tokens, device)
         if batch.chain:
             cols = np.arange(batch.width + 1)
-            mask, positions = self._masked(cols[None, :] <= batch.sizes[:, None]), self.pos[:, None] + cols[None, :]
+            mask, positions = self._masked(cols <= batch.sizes[:, None]), self.pos[:, None] + cols
         else:
             seen, depth = batch.ancestry
             mask, positions = T.tree_mask(self.mask, seen, self.model.dtype), self.pos[:, None] + depth
@@ -114,7 +116,7 @@ class CausalLM:
         start = self.width
         if verdict.paths is None:
             width = int(verdict.counts.max()) + 1
-            rollback(self.cache, start + width)
+            rollback(self.cache, start + width, start + batch.width + 1)
         else:
             slots = to_device(verdict.columns(), self._slots.device)  # [b, W]
             keep_slots(self.cache, start, slots)

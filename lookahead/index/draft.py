@@ -6,6 +6,9 @@ from dataclasses import dataclass
 import numpy as np
 
 _NO_TOKENS = np.empty(0, dtype=np.int64)
+# a chain's parents and probabilities, shared read-only by every chain draft (views, no allocation per step)
+_CHAIN_PARENTS, _ONES = np.arange(-1, 4095, dtype=np.int64), np.ones(4096)
+_CHAIN_PARENTS.flags.writeable = _ONES.flags.writeable = False
 
 
 @dataclass(frozen=True)
@@ -33,8 +36,11 @@ class Draft:
     def chain(cls, tokens: np.ndarray, match_length: int = 0, probs: np.ndarray | None = None) -> "Draft":
         """The draft that proposes `tokens` one after the other."""
         tokens = np.asarray(tokens, dtype=np.int64)
-        probs = np.ones(len(tokens)) if probs is None else np.asarray(probs, dtype=np.float64)
-        return cls(tokens, np.arange(len(tokens), dtype=np.int64) - 1, probs, int(match_length))
+        n = len(tokens)
+        parents = _CHAIN_PARENTS[:n] if n <= len(_CHAIN_PARENTS) else np.arange(n, dtype=np.int64) - 1
+        if probs is None:
+            probs = _ONES[:n] if n <= len(_ONES) else np.ones(n)
+        return cls(tokens, parents, np.asarray(probs, dtype=np.float64), int(match_length))
 
     @classmethod
     def empty(cls, match_length: int = 0) -> "Draft":

@@ -19,9 +19,24 @@ def to_device(array: np.ndarray, device, dtype=None) -> torch.Tensor:
     """A step's host array on the device without a host-device sync: through pinned memory, copied asynchronously
     (a pageable copy to CUDA waits for the stream). On a CPU the array's own memory."""
     tensor = torch.from_numpy(np.ascontiguousarray(array))
-    if torch.device(device).type == "cuda":
+    if str(device).startswith("cuda"):
         tensor = tensor.pin_memory().to(device, non_blocking=True)
     return tensor if dtype is None else tensor.to(dtype)
+
+
+_PARENTS = {}  # (rows, width) -> read-only parents of chains, shared by the steps of that shape
+
+
+def _chain_parents(rows: int, width: int) -> np.ndarray:
+    """[rows, width] parents i - 1: padding continues each chain, so one causal mask serves every row."""
+    parents = _PARENTS.get((rows, width))
+    if parents is None:
+        if len(_PARENTS) > 256:
+            _PARENTS.clear()
+        parents = np.repeat(np.arange(-1, width - 1, dtype=np.int64)[None], rows, 0)
+        parents.flags.writeable = False
+        _PARENTS[rows, width] = parents
+    return parents
 
 
 @dataclass
@@ -44,10 +59,13 @@ class DraftBatch:
 
     @classmethod
     def pack(cls, drafts: list, chain: bool) -> "DraftBatch":
-        tokens, parents, sizes = T.pack_trees([(d.tokens, d.parents) for d in drafts])
-        if chain and tokens.shape[1]:
-            parents[:] = np.arange(tokens.shape[1]) - 1  # padding continues the chain: one causal mask for all
-        return cls(drafts, tokens, parents, sizes, chain)
+        if not chain:
+            return cls(drafts, *T.pack_trees([(d.tokens, d.parents) for d in drafts]), chain)
+        sizes = [len(d.tokens) for d in drafts]
+        tokens = np.zeros((len(drafts), max(sizes, default=0)), dtype=np.int64)
+        for i, d in enumerate(drafts):
+            tokens[i, : sizes[i]] = d.tokens
+        return cls(drafts, tokens, _chain_parents(*tokens.shape), np.array(sizes, dtype=np.int64), chain)
 
     @property
     def width(self) -> int:

@@ -26,9 +26,10 @@ def new_cache(model) -> DynamicCache:
     return cache
 
 
-def rollback(cache, keep: int) -> None:
-    """Cut the cache back to its first `keep` slots (drops the keys/values of rejected drafts)."""
-    extra = cache.get_seq_length() - keep
+def rollback(cache, keep: int, length: int | None = None) -> None:
+    """Cut the cache back to its first `keep` slots (drops the keys/values of rejected drafts); `length`: the slots
+    it holds, when the caller knows them."""
+    extra = (cache.get_seq_length() if length is None else length) - keep
     assert extra >= 0, f"cannot roll a cache of {cache.get_seq_length()} slots forward to {keep}"
     cache.crop(-extra)
 

@@ -1,5 +1,5 @@
-"""Numba kernels of the draft-length policy (`lookahead.policy.DraftLength`): choose each row's draft length, record
-what a step accepted.
+"""Numba kernels of the sizing policies: each row's draft length (`lookahead.policy.DraftLength`), a tree's size
+(`lookahead.sizing.TreeSizing`, calibrated by `lookahead.policy.TreeCalibration`), and what a step taught both.
 
 They replace a dozen numpy calls per step (bucketing, bincounts, a [buckets, K+1] table refresh) whose fixed cost
 was a sixth of a batch-1 step's host time. Each bucket's best length is cached in a table per batch size and
@@ -62,6 +62,77 @@ def record(matches, drafted, counts, edges, accepted, rejected, version):
         version[b] += 1
 
 
+@njit(cache=True)
+def first_path_end(parents, depth):
+    """One past the last node of a best-first tree's first path (the first child at each depth), at most `depth`
+    deep; 0 for an empty path."""
+    node, m = -1, 0
+    while m < depth:
+        nxt = -1
+        for j in range(node + 1, parents.shape[0]):
+            if parents[j] == node:
+                nxt = j
+                break
+        if nxt < 0:
+            break
+        node, m = nxt, m + 1
+    return node + 1
+
+
+@njit(cache=True)
+def tree_size(probs, parents, depth, edges, accepted, seen, prior, costs):
+    """How many of a best-first tree's nodes to verify: the n maximizing (1 + c_1 + ... + c_n) / costs[n], c the
+    nodes' calibrated probabilities (the bin's acceptance shrunk towards the estimate by `prior` observations, kept
+    non-increasing), never fewer than hold the tree's first path `depth` deep (the chain `DraftLength` drafts).
+    probs, parents [n]; costs [>= n+1]."""
+    floor = first_path_end(parents, depth)
+    gain, best, best_value, low = 1.0, 0, 1.0 / costs[0], 1.0
+    for j in range(probs.shape[0]):
+        b = bucket(edges, probs[j])
+        low = min(low, (accepted[b] + prior * probs[j]) / (seen[b] + prior))
+        gain += low
+        value = gain / costs[j + 1]
+        if value > best_value:
+            best, best_value = j + 1, value
+    return max(best, floor)
+
+
+@njit(cache=True)
+def tree_record(parents, sizes, probs, depths, cols, counts, edges, accepted, seen, floors, followed, on_path):
+    """What a tree step teaches. Per row i: calibration counts of its nodes (`seen` by bin of their estimate probs,
+    `accepted` when on the accepted path), the length floors[i] of its first path at most depths[i] deep (the chain
+    `DraftLength` would have drafted) and followed[i], how many of that chain's nodes the accepted path took.
+
+    parents, probs [b, N] packed trees of sizes [b]; cols [b, W] the accepted path's columns (root, then node + 1)
+    of counts [b] nodes; on_path [N] scratch."""
+    for i in range(parents.shape[0]):
+        for j in range(sizes[i]):
+            on_path[j] = False
+        for a in range(counts[i]):
+            on_path[cols[i, a + 1] - 1] = True
+        for j in range(sizes[i]):
+            b = bucket(edges, probs[i, j])
+            seen[b] += 1.0
+            if on_path[j]:
+                accepted[b] += 1.0
+        node, m, same = -1, 0, True  # the first child at each depth, at most depths[i] deep
+        while m < depths[i]:
+            nxt = -1
+            for j in range(node + 1, sizes[i]):
+                if parents[i, j] == node:
+                    nxt = j
+                    break
+            if nxt < 0:
+                break
+            if same and (m >= counts[i] or cols[i, m + 1] - 1 != nxt):
+                followed[i], same = m, False
+            node = nxt
+            m += 1
+        floors[i] = m
+        if same:
+            followed[i] = m
+
+
 def warm_up() -> None:
     """Compile (or load from cache) the kernels on a non-empty input."""
     edges = np.array([0, 1, 2], dtype=np.int64)
@@ -70,3 +141,8 @@ def warm_up() -> None:
     matches, one = np.array([2], np.int64), np.ones(1, np.int64)
     choose(matches, edges, accepted, rejected, version, np.ones(3), table, seen, np.zeros(1, np.int64))
     record(matches, one, one, edges, accepted, rejected, version)
+    fedges, probs = np.array([0.0, 0.5]), np.array([[0.9, 0.2]])
+    tree_size(probs[0], np.array([-1, 0], np.int64), 1, fedges, accepted[:2], rejected[:2], 4.0, np.ones(3))
+    parents, cols = np.array([[-1, 0]], np.int64), np.array([[0, 1]], np.int64)
+    tree_record(parents, one * 2, probs, one, cols, one, fedges, accepted[:2], rejected[:2], one.copy(), one.copy(),
+                np.zeros(2, np.bool_))

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import _policy_kernels as K
 from .index.draft import Draft
-from .policy import DraftLength, TreeCalibration, row_cost
-from .verify import tree as T
+from .policy import DraftLength, TreeCalibration, as_cost, row_cost, step_cost
 
 
 def make_sizing(draft: str, num_draft_tokens: int, max_draft_nodes: int, cost):
@@ -66,31 +66,36 @@ class TreeSizing:
         self.max_nodes, self.cost = max_nodes, cost
         self.length = DraftLength(max_tokens, cost)
         self.calibration = TreeCalibration()
+        self._costs = {}  # per batch size: step cost of verifying 0..max_nodes nodes
 
     def draft(self, indexes: list, rooms: np.ndarray) -> list:
         """Each row's `Draft` (a tree; `Draft.empty` where a row has no index); `rooms` [b] caps its nodes."""
-        cost = row_cost(self.cost, len(indexes))
+        costs, cal = self._step_costs(len(indexes)), self.calibration
         drafts = []
         for ix, room, k in zip(indexes, rooms, self.length.choose(_matches(indexes))):
             if ix is None:
                 drafts.append(Draft.empty())
                 continue
             tree = ix.propose_tree(max(min(self.max_nodes, int(room)), 0))
-            chain = T.first_path(tree.parents, int(k))
-            keep = max(T.best_size(self.calibration(tree.probs), cost), chain[-1] + 1 if chain else 0)
-            drafts.append(tree.head(keep))
+            drafts.append(tree.head(K.tree_size(tree.probs, tree.parents, k, cal.EDGES, cal.accepted, cal.seen,
+                                                cal.prior, costs)))
         return drafts
 
     def update(self, batch, verdict) -> None:
         """Calibrate the node probabilities against the accepted paths; teach the chain floor how far it went."""
         matches = np.fromiter((d.match_length for d in batch.drafts), dtype=np.int64, count=len(batch.drafts))
-        chains = [T.first_path(d.parents, int(k)) for d, k in zip(batch.drafts, self.length.choose(matches))]
-        on_path = np.zeros(int(batch.sizes.sum()), dtype=bool)  # every row's nodes, one after the other
-        starts = np.cumsum(batch.sizes) - batch.sizes
-        for start, path in zip(starts, verdict.paths):
-            on_path[start + np.asarray(path, dtype=np.int64)] = True
-        self.calibration.update(np.concatenate([d.probs for d in batch.drafts]), on_path)
-        followed = [next((j for j, (a, b) in enumerate(zip(c, p)) if a != b), min(len(c), len(p)))
-                    for c, p in zip(chains, verdict.paths)]  # accepted tokens of each chain
-        self.length.update(matches, np.array([len(c) for c in chains], dtype=np.int64),
-                           np.array(followed, dtype=np.int64))
+        probs = np.zeros(batch.tokens.shape)
+        for i, d in enumerate(batch.drafts):
+            probs[i, : len(d)] = d.probs
+        floors, followed = np.zeros(len(matches), dtype=np.int64), np.zeros(len(matches), dtype=np.int64)
+        cal = self.calibration
+        K.tree_record(batch.parents, batch.sizes, probs, self.length.choose(matches), verdict.columns(),
+                      verdict.counts, cal.EDGES, cal.accepted, cal.seen, floors, followed,
+                      np.zeros(batch.width, dtype=np.bool_))
+        self.length.update(matches, floors, followed)
+
+    def _step_costs(self, batch: int) -> np.ndarray:
+        if batch not in self._costs:
+            k = np.arange(self.max_nodes + 1)
+            self._costs[batch] = np.asarray(step_cost(as_cost(row_cost(self.cost, batch)), k), dtype=float)
+        return self._costs[batch]

@@ -71,3 +71,94 @@ def test_cost_curves_are_checked():
         CostCurve([1.0])
     with pytest.raises(ValueError, match="at least 2 positive costs"):
         CostCurve([1.0, -2.0])
+
+
+# The sizing kernels (lookahead._policy_kernels) against the plain numpy rules they replaced.
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from lookahead import _policy_kernels as K  # noqa: E402
+from lookahead.policy import TreeCalibration, _BUCKETS  # noqa: E402
+from lookahead.verify import tree as T  # noqa: E402
+
+
+def _reference_lengths(policy: DraftLength, matches: np.ndarray, costs: np.ndarray) -> np.ndarray:
+    q = policy.acceptance()[np.searchsorted(_BUCKETS, matches, side="right") - 1, None]
+    k = np.arange(policy.max_tokens + 1)[None, :]
+    best = np.argmax(np.cumsum(np.where(k > 0, q ** k, 1.0), axis=1) / costs[None, :], axis=1)
+    return np.where(matches > 0, best, 0)
+
+
+@st.composite
+def best_first_trees(draw, max_nodes: int = 12):
+    """(parents, non-increasing probs) of a tree whose parents come before their children."""
+    n = draw(st.integers(0, max_nodes))
+    parents = np.array([draw(st.integers(-1, j - 1)) for j in range(n)], dtype=np.int64)
+    probs = np.sort(np.array(draw(st.lists(st.floats(0, 1), min_size=n, max_size=n))))[::-1].copy()
+    return parents, probs
+
+
+@settings(max_examples=60, deadline=None)
+@given(steps=st.lists(st.tuples(st.lists(st.integers(0, 40), min_size=1, max_size=6), st.integers(0, 10),
+                                st.integers(0, 10)), max_size=8),
+       cost=st.sampled_from([0.1, (0.8, 0.05), (0.0, 0.02)]), batch=st.integers(1, 4))
+def test_draft_length_kernels_match_the_numpy_rule(steps, cost, batch):
+    """After any history of steps the chosen lengths are the argmax of expected tokens per cost, bucket by bucket."""
+    from lookahead.policy import row_cost
+
+    policy = DraftLength(10, cost)
+    costs = step_cost(row_cost(policy.cost, batch), np.arange(11))
+    for matches, drafted, accepted in steps:
+        matches = np.array((matches * batch)[:batch], dtype=np.int64)
+        chosen = policy.choose(matches)
+        assert chosen.tolist() == _reference_lengths(policy, matches, costs).tolist()
+        n = len(matches)
+        policy.update(matches, np.full(n, drafted), np.full(n, min(accepted, drafted)))
+
+
+@settings(max_examples=80, deadline=None)
+@given(tree=best_first_trees(), depth=st.integers(0, 6), seen=st.lists(st.integers(0, 20), min_size=12, max_size=12),
+       cost=st.sampled_from([0.05, (0.8, 0.08), (0.0, 0.3)]))
+def test_tree_size_kernel_matches_the_calibrated_rule(tree, depth, seen, cost):
+    """The tree keeps the best-first n nodes maximizing calibrated expected tokens per cost, at least its first
+    path `depth` deep."""
+    parents, probs = tree
+    cal = TreeCalibration()
+    cal.seen[:] = seen
+    cal.accepted[:] = np.array(seen) // 2
+    costs = np.asarray(step_cost(as_cost(cost), np.arange(len(probs) + 1)), dtype=float)
+    path = T.first_path(parents, depth)
+    expected = max(T.best_size(cal(probs), cost), path[-1] + 1 if path else 0)
+    assert K.tree_size(probs, parents, depth, cal.EDGES, cal.accepted, cal.seen, cal.prior, costs) == expected
+
+
+@settings(max_examples=80, deadline=None)
+@given(trees=st.lists(best_first_trees(), min_size=1, max_size=3), data=st.data())
+def test_tree_record_kernel_matches_the_calibration_and_chain_floor(trees, data):
+    """A tree step records every node in its calibration bin (accepted when on the path) and how far the accepted
+    path followed the chain floor."""
+    tokens, parents, sizes = T.pack_trees([(np.arange(len(p)), p) for p, _ in trees])
+    probs = np.zeros(tokens.shape)
+    paths, depths = [], []
+    for i, (p, pr) in enumerate(trees):
+        probs[i, : len(pr)] = pr
+        node, path = -1, []  # an accepted path: any walk down from the root
+        while (children := np.flatnonzero(p == node).tolist()) and data.draw(st.booleans()):
+            node = data.draw(st.sampled_from(children))
+            path.append(node)
+        paths.append(path)
+        depths.append(data.draw(st.integers(0, 6)))
+    cal, ref = TreeCalibration(), TreeCalibration()
+    floors, followed = np.zeros(len(trees), np.int64), np.zeros(len(trees), np.int64)
+    K.tree_record(parents, sizes, probs, np.array(depths, np.int64), T.path_slots(paths),
+                  np.array([len(p) for p in paths], np.int64), cal.EDGES, cal.accepted, cal.seen, floors, followed,
+                  np.zeros(tokens.shape[1], np.bool_))
+    for i, (p, pr) in enumerate(trees):
+        on_path = np.zeros(len(pr), bool)
+        on_path[paths[i]] = True
+        ref.update(pr, on_path)
+        chain = T.first_path(p, depths[i])
+        assert floors[i] == len(chain)
+        assert followed[i] == next((j for j, (a, b) in enumerate(zip(chain, paths[i])) if a != b),
+                                   min(len(chain), len(paths[i])))
+    assert cal.seen.tolist() == ref.seen.tolist() and cal.accepted.tolist() == ref.accepted.tolist()

@@ -111,4 +111,8 @@ class Verdict:
 
     def columns(self) -> np.ndarray | None:
         """[b, W] forward columns along each row's accepted path (root first); None for chains (columns 0..W-1)."""
-        return None if self.paths is None else T.path_slots(self.paths)
+        return None if self.paths is None else self._columns
+
+    @cached_property
+    def _columns(self) -> np.ndarray:
+        return T.path_slots(self.paths)

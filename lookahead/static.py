@@ -235,7 +235,10 @@ class StaticCausalLM:
             host[rows, 2 * width + 1:2 * width + 1 + n] = _bits(seen)
         logits = self._run(width)
         stats.add_forward(len(rows))
-        return logits[self._active, :n]  # a copy: the next replay overwrites the graph's output
+        if len(rows) < len(self.write):
+            return logits[self._active, :n]  # a copy: the next replay overwrites the graph's output
+        # every row runs: a slice, copied only when it is a graph's output (one copy kernel, no index kernel)
+        return logits[:, :n].clone() if logits is self.state.outputs.get(width) else logits[:, :n]
 
     def commit(self, batch, verdict) -> None:
         """Advance each running row past its last token and accepted drafts (trees: packed behind it first)."""

@@ -4,6 +4,7 @@ recorded code edits, one CPU thread, methods in turns in the same run. Harness: 
 
     python benchmarks/host_overhead.py                    # code-edit traces of benchmarks/.cache/gpu-traces
     python benchmarks/host_overhead.py --batch 1 --repeats 5
+    python benchmarks/host_overhead.py --cold           # what one small operation costs right after a forward
 """
 from __future__ import annotations
 
@@ -34,8 +35,16 @@ def main(argv=None) -> int:
     parser.add_argument("--shape", choices=list(SHAPES), default="tiny")
     parser.add_argument("--methods", nargs="+", type=method_name, default=list(host.METHODS), metavar="METHOD")
     parser.add_argument("--threads", type=positive_int, default=1, help="torch threads (default 1)")
+    parser.add_argument("--cold", action="store_true",
+                        help="only time small host operations right after a forward and again at once")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
+    if args.cold:
+        print(f"| operation | us right after a {args.shape} forward over 11 tokens | us repeated at once |\n"
+              "| --- | ---: | ---: |")
+        for name, after, again in host.cold_costs(random_model(args.shape, VOCAB, EOS)):
+            print(f"| {name} | {after:.1f} | {again:.1f} |")
+        return 0
     traces, errors = read_traces(args.traces) if args.traces.exists() else ([], [f"{args.traces}: not found"])
     if not traces:
         print(f"note: {errors[0] if errors else 'no traces'}; random prompts with repeated spans instead",

@@ -146,6 +146,14 @@ def test_host_overhead_rows(setup):
     assert "| 1 | lookahead-suffix-tree |" in host.markdown(rows) and "<= 0.30x" in host.markdown(rows)
 
 
+def test_cold_costs_time_each_operation_after_a_forward(setup):
+    """`host_overhead.py --cold` times every kind of small host operation right after a forward and again at once."""
+    _, _, model = setup
+    rows = host.cold_costs(model, tokens=3, repeats=3)
+    assert [name for name, _, _ in rows] == list(host.COLD_OPS)
+    assert all(after > 0 and again > 0 for _, after, again in rows)
+
+
 def test_gpu_script_runs_from_exported_traces(setup, tmp_path):
     """`python benchmarks/gpu.py` reads a trace folder, prints the tables and writes gpu.md and gpu.json."""
     traces, eos, _ = setup

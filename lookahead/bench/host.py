@@ -92,3 +92,38 @@ def markdown(rows: list) -> str:
                      f"{phases} | {r.forward_ms:.3f} | {r.steps} | {r.tokens / max(r.steps + 1, 1):.2f} | "
                      f"{'yes' if not r.mismatches else f'NO ({r.mismatches} rows)'} |")
     return "\n".join(lines)
+
+
+COLD_OPS = {  # one small operation of each kind a host step is made of
+    "python (sum of 20 ints)": lambda a, t: sum(range(20)),
+    "numpy reduction (max of 1)": lambda a, t: a.max(),
+    "numpy arithmetic (5 + 1)": lambda a, t: a + 1,
+    "numpy allocation (zeros(3))": lambda a, t: np.zeros(3),
+    "torch allocation (zeros(3))": lambda a, t: t.new_zeros(3),
+}
+
+
+def cold_costs(model, tokens: int = 11, repeats: int = 100) -> list:
+    """(operation, microseconds right after a forward over `tokens` tokens, microseconds when repeated at once):
+    medians over `repeats` forwards. A forward streams the weights and the logits through the CPU's caches, so the
+    host's next operation finds its own code and data evicted."""
+    import time
+
+    import torch
+
+    ids = torch.randint(0, model.config.vocab_size, (1, tokens), device=model.device)
+    a, t = np.zeros(5), torch.zeros(1)
+    rows = []
+    with torch.inference_mode():
+        for name, op in COLD_OPS.items():
+            after, again = [], []
+            for _ in range(repeats):
+                model(input_ids=ids)
+                t0 = time.perf_counter_ns()
+                op(a, t)
+                t1 = time.perf_counter_ns()
+                op(a, t)
+                after.append(t1 - t0)
+                again.append(time.perf_counter_ns() - t1)
+            rows.append((name, float(np.median(after)) / 1e3, float(np.median(again)) / 1e3))
+    return rows

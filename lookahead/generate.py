@@ -221,7 +221,8 @@ def _decode(target, rows: _Rows, run: _Run, max_new: int) -> list:
     rows = _advance(target, rows, outs, run, empty, run.accept(empty, scores), scores, logits)
     clock.lap("prefill")
     while rows.ids:
-        drafts = run.sizing.draft(rows.indexes, max_new - 1 - np.array([len(outs[r]) for r in rows.ids]))
+        drafts = run.sizing.draft(rows.indexes, max_new - 1 - np.array([len(outs[r]) for r in rows.ids]),
+                                  target.padded)
         batch = DraftBatch.pack(run.scorer.cut(drafts, rows, outs, run.sizing.chain), run.sizing.chain)
         clock.lap("draft")
         logits = target.verify(rows.last, batch, run.stats)  # [b, N+1, V]

@@ -38,12 +38,22 @@ class ChainSizing:
     def __init__(self, max_tokens: int, cost):
         self.length = DraftLength(max_tokens, cost)
 
-    def draft(self, indexes: list, rooms: np.ndarray) -> list:
-        """Each row's `Draft`; `rooms` [b] caps a row's draft at the tokens it may still generate minus one."""
+    def draft(self, indexes: list, rooms: np.ndarray, padded=None) -> list:
+        """Each row's `Draft`; `rooms` [b] caps a row's draft at the tokens it may still generate minus one.
+
+        `padded(n)`: the draft columns a forward verifying n of them computes anyway (the batch's widest draft, a
+        static step's width); every row with a match drafts that many (at most `max_tokens`), since they are free."""
         matches = _matches(indexes)
         budgets = np.minimum(self.length.choose(matches), rooms)
-        return [Draft.chain(ix.propose(int(n)), m) if n > 0 else Draft.empty(m)
-                for ix, n, m in zip(indexes, budgets, matches)]
+        if padded is None or not budgets.any():
+            return [Draft.chain(ix.propose(int(n)), m) if n > 0 else Draft.empty(m)
+                    for ix, n, m in zip(indexes, budgets, matches)]
+        upto = np.where(matches > 0, np.minimum(min(padded(int(budgets.max())), self.length.max_tokens), rooms), 0)
+        tokens = [ix.propose(int(n)) if n > 0 else None for ix, n in zip(indexes, np.maximum(upto, budgets))]
+        width = max(min(len(t), n) for t, n in zip(tokens, budgets) if t is not None)  # what the policy drafts
+        fill = min(padded(width), self.length.max_tokens)  # ... and what its forward verifies anyway
+        return [Draft.empty(m) if t is None else Draft.chain(t[: max(n, fill)], m)
+                for t, n, m in zip(tokens, budgets, matches)]
 
     def update(self, batch, verdict) -> None:
         """Learn from a verified step: how much of each row's draft was accepted."""
@@ -68,18 +78,18 @@ class TreeSizing:
         self.calibration = TreeCalibration()
         self._costs = {}  # per batch size: step cost of verifying 0..max_nodes nodes
 
-    def draft(self, indexes: list, rooms: np.ndarray) -> list:
-        """Each row's `Draft` (a tree; `Draft.empty` where a row has no index); `rooms` [b] caps its nodes."""
+    def draft(self, indexes: list, rooms: np.ndarray, padded=None) -> list:
+        """Each row's `Draft` (a tree; `Draft.empty` where a row has no index); `rooms` [b] caps its nodes;
+        `padded(n)` as for chains: every row keeps as many nodes as the forward computes anyway."""
         costs, cal = self._step_costs(len(indexes)), self.calibration
-        drafts = []
+        trees, sizes = [], []
         for ix, room, k in zip(indexes, rooms, self.length.choose(_matches(indexes))):
-            if ix is None:
-                drafts.append(Draft.empty())
-                continue
-            tree = ix.propose_tree(max(min(self.max_nodes, int(room)), 0))
-            drafts.append(tree.head(K.tree_size(tree.probs, tree.parents, k, cal.EDGES, cal.accepted, cal.seen,
-                                                cal.prior, costs)))
-        return drafts
+            tree = Draft.empty() if ix is None else ix.propose_tree(max(min(self.max_nodes, int(room)), 0))
+            trees.append(tree)
+            sizes.append(K.tree_size(tree.probs, tree.parents, k, cal.EDGES, cal.accepted, cal.seen, cal.prior,
+                                     costs))
+        fill = min(padded(max(sizes, default=0)), self.max_nodes) if padded is not None else 0
+        return [tree.head(max(size, fill)) for tree, size in zip(trees, sizes)]
 
     def update(self, batch, verdict) -> None:
         """Calibrate the node probabilities against the accepted paths; teach the chain floor how far it went."""

@@ -196,6 +196,10 @@ class StaticCausalLM:
     def sources(self) -> list:
         return prompt_sources(self.input_ids, self.mask)
 
+    def padded(self, n: int) -> int:
+        """Draft columns a step verifying at most n per row computes: its width (the root's column aside)."""
+        return next(w for w in self.widths if w >= n + 1) - 1
+
     def prefill(self, stats) -> torch.Tensor:
         """Logits [b, 1, V] after each prompt; the prompts' keys and values fill slots 0..P-1."""
         state, p, dev = self.state, self.p, self.model.device

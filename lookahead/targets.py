@@ -86,6 +86,11 @@ class CausalLM:
         """Per row: the prompt's real tokens."""
         return prompt_sources(self.input_ids, self.mask)
 
+    @staticmethod
+    def padded(n: int) -> int:
+        """Draft columns a forward verifying at most n per row computes: n (rows pad to the widest draft)."""
+        return n
+
     def prefill(self, stats) -> torch.Tensor:
         """Logits [b, 1, V] after each prompt."""
         logits = self.model(input_ids=self.input_ids, attention_mask=self.mask,
@@ -151,6 +156,8 @@ class Seq2SeqLM:
         self.cache = new_cache(model)
         self.pending = [[] for _ in range(decoder_input_ids.shape[0])]  # verified tokens not in the cache, before last
         self._fed, self._start = None, 0
+
+    padded = staticmethod(CausalLM.padded)  # rows pad to the widest draft (and surplus)
 
     def sources(self) -> list:
         """Per row: the encoder input's real tokens, then the decoder prompt."""

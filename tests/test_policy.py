@@ -162,3 +162,43 @@ def test_tree_record_kernel_matches_the_calibration_and_chain_floor(trees, data)
         assert followed[i] == next((j for j, (a, b) in enumerate(zip(chain, paths[i])) if a != b),
                                    min(len(chain), len(paths[i])))
     assert cal.seen.tolist() == ref.seen.tolist() and cal.accepted.tolist() == ref.accepted.tolist()
+
+
+def test_chains_fill_the_columns_their_forward_computes_anyway():
+    """Every row with a match drafts as many tokens as the step's widest draft (or its width) verifies anyway, at
+    most max_tokens and its room; a row without a match drafts nothing."""
+    from lookahead.index import NgramIndex
+    from lookahead.sizing import ChainSizing
+
+    strong, weak, none = NgramIndex(), NgramIndex(), NgramIndex()
+    strong.extend(list(range(1, 14)) * 2 + [1, 2, 3])
+    weak.extend([5, 6, 7, 8, 9, 10, 11, 12, 5])  # a one-token match
+    none.extend([1, 2, 3])
+    sizing = ChainSizing(10, (0.8, 0.08))
+    for _ in range(30):  # one-token matches were never accepted: on its own the policy drafts nothing for them
+        sizing.length.update(np.array([1]), np.array([4]), np.array([0]))
+    rooms = np.full(3, 100)
+    plain = sizing.draft([strong, weak, none], rooms)
+    filled = sizing.draft([strong, weak, none], rooms, padded=lambda n: n)
+    assert len(plain[1]) == len(plain[2]) == 0 < len(plain[0])
+    assert len(filled[1]) == len(filled[0]) == len(plain[0]) and len(filled[2]) == 0
+    assert filled[1].tokens.tolist() == weak.propose(len(plain[0])).tolist()
+    assert [len(d) for d in sizing.draft([strong, weak, none], rooms, padded=lambda n: 15)] == [
+        10, len(weak.propose(10)), 0]
+    assert len(sizing.draft([strong, weak], np.array([100, 2]), padded=lambda n: n)[1]) == 2
+
+
+def test_trees_fill_the_nodes_their_forward_computes_anyway():
+    """Tree rows keep as many nodes as the step verifies anyway (their own trees permitting), at most max_nodes."""
+    from lookahead.index import SuffixIndex
+    from lookahead.sizing import TreeSizing
+
+    rows = [SuffixIndex() for _ in range(2)]
+    rows[0].extend(list(range(1, 30)) * 3 + [1, 2, 3])
+    rows[1].extend([5, 6, 7, 5, 8, 9, 5, 6, 5])
+    sizing = TreeSizing(16, 10, (0.8, 0.08))
+    plain = sizing.draft(rows, np.full(2, 100))
+    filled = sizing.draft(rows, np.full(2, 100), padded=lambda n: n)
+    widest = max(len(d) for d in plain)
+    assert [len(d) for d in filled] == [min(widest, len(rows[i].propose_tree(16))) for i in range(2)]
+    assert all(len(d) <= 16 for d in sizing.draft(rows, np.full(2, 100), padded=lambda n: 40))

@@ -23,10 +23,20 @@ def test_static_matches_greedy(arch, draft):
     assert torch.equal(generate(model, batch, attention_mask=mask, max_new_tokens=32, **kwargs), expected)
 
 
+@pytest.fixture
+def same_drafts(monkeypatch):
+    """The static step fills drafts up to its width, the dynamic one up to the widest draft: here both fill as the
+    dynamic one, so that their drafts are the same."""
+    from lookahead.static import StaticCausalLM
+    from lookahead.targets import CausalLM
+
+    monkeypatch.setattr(StaticCausalLM, "padded", staticmethod(CausalLM.padded))
+
+
 @pytest.mark.parametrize("kwargs", [dict(), dict(lookup="suffix"), dict(lookup="suffix", draft="tree"),
                                     dict(lookup="suffix", draft="tree", draft_cost=0.0, max_draft_nodes=40),
                                     dict(lookup="suffix", draft="tree", no_repeat_ngram_size=4)])
-def test_static_on_the_pretrained_model_accepts_what_the_dynamic_cache_accepts(stories_model, kwargs):
+def test_static_on_the_pretrained_model_accepts_what_the_dynamic_cache_accepts(stories_model, kwargs, same_drafts):
     """Real text with long accepted drafts: the same tokens as model.generate and the same forwards as the dynamic
     cache (a rejected draft is overwritten, an accepted tree path is packed)."""
     story = stories_model.generate(torch.tensor([[1]]), do_sample=False, max_new_tokens=80)
@@ -44,7 +54,7 @@ def test_static_on_the_pretrained_model_accepts_what_the_dynamic_cache_accepts(s
     assert static_stats.forward_passes == stats.forward_passes and stats.tokens_per_forward > 1.2
 
 
-def test_static_samples_as_the_dynamic_cache_does(stories_model):
+def test_static_samples_as_the_dynamic_cache_does(stories_model, same_drafts):
     """With one seed, sampling through the static cache draws the same tokens as through the dynamic one."""
     ids = stories_model.generate(torch.tensor([[1]]), do_sample=False, max_new_tokens=60)
     kwargs = dict(do_sample=True, temperature=0.8, generator=3, max_new_tokens=40, lookup="suffix", draft="tree")

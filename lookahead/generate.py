@@ -98,8 +98,9 @@ def generate(
         num_draft_tokens: most draft tokens verified per row and step, at most 1024 (0 disables drafting).
         draft_cost: what verification costs, as a fraction of a one-token forward: the cost of one more verified
             token, or a pair (overhead of any multi-token forward, cost per token); drafts and trees are only as
-            large as the acceptance seen so far pays for (`lookahead.policy`). Default: (0.8, 0.08) on CPU,
-            (0, 0.02) on an accelerator. "auto" measures the cost of every draft size on this machine once per
+            large as the acceptance seen so far pays for (`lookahead.policy`), then every row drafts up to the
+            columns the step computes anyway (the widest row's draft, a static step's width). Default: (0.8, 0.08)
+            on CPU, (0, 0.02) on an accelerator. "auto" measures the cost of every draft size on this machine once per
             model (about 40 forwards, `lookahead.calibrate.measure_draft_cost`, which also returns a curve to
             pass here). 0 always drafts `num_draft_tokens` when there is a match.
         draft: "chain" (one continuation) or "tree" (several continuations verified together in one forward with a

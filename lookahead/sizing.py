@@ -4,6 +4,8 @@ Chains ask each row's index for as many tokens as the learned acceptance of its 
 Trees ask for the whole node budget, then keep the best-first nodes that pay for their verification judged by the
 index's node probabilities as calibrated online (`TreeCalibration`), and never fewer than hold the chain
 `DraftLength` would draft (the tree's first path), so that a tree step never does worse than a chain step.
+Then every row with a match fills its draft up to the columns the step's forward computes anyway (the widest row's
+draft, or a static step's padded width): padding costs the same as drafted tokens, so drafting there is free.
 """
 from __future__ import annotations
 

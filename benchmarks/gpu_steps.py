@@ -1,8 +1,9 @@
 """The decoding steps a GPU run of `gpu.py` takes, counted on this CPU: the same recorded workloads forced on a tiny
 random-weight Llama (steps depend on the drafts, not on the model's size), the accelerator's default draft_cost
-(0, 0.02), the static step's widths uncompiled (1, 2, 4, ..., the CUDA default) and compiled (1, 4, 16, 64), with
-drafts filled up to the width their forward computes anyway (lookahead's behaviour) and without (an ablation: the
-fill is switched off by patching `StaticCausalLM.padded`).
+(0, 0.02), the static step's widths uncompiled (1, 2, 4, ..., the CUDA default) and compiled (1, 4, 16, 64). Three
+drafting rules: "10, unfilled" (num_draft_tokens=10, drafts not filled: an ablation that switches the fill off by
+patching `StaticCausalLM.padded`), "10, filled" (num_draft_tokens=10) and "default" (num_draft_tokens unset: on a
+static step as many as its width for 10 holds, 15).
 
     python benchmarks/gpu_steps.py                      # traces of benchmarks/.cache/gpu-traces (gpu.py --export)
 """
@@ -25,12 +26,16 @@ METHODS = {"lookahead-ngram": dict(lookup="ngram"), "lookahead-suffix-tree": dic
 WIDTHS = {"uncompiled": static.WIDTHS, "compiled": static.COMPILED_WIDTHS}
 
 
-def steps(model, forced, traces, rows, fill: bool, widths: tuple, max_new: int, **kwargs) -> int:
+RULES = {"10, unfilled": dict(num_draft_tokens=10), "10, filled": dict(num_draft_tokens=10), "default": {}}
+
+
+def steps(model, forced, traces, rows, rule: str, widths: tuple, max_new: int, **kwargs) -> int:
     """Forwards after the prefill of one call over `rows` (the batch's steps)."""
     ids, mask = left_pad([traces[i][0] for i in rows], EOS, model.device)
     forced.reset()
-    unfilled = staticmethod(lambda n: 0)
-    with _patched(static, "WIDTHS", widths), _patched(static.StaticCausalLM, "padded", None if fill else unfilled):
+    unfilled = staticmethod(lambda n: 0) if rule == "10, unfilled" else None
+    kwargs = {**kwargs, **RULES[rule]}
+    with _patched(static, "WIDTHS", widths), _patched(static.StaticCausalLM, "padded", unfilled):
         _, stats = generate(model, ids, attention_mask=mask, max_new_tokens=max_new, eos_token_id=EOS,
                             pad_token_id=EOS, draft_cost=(0.0, 0.02), cache_implementation="static",
                             return_stats=True, **kwargs)
@@ -58,8 +63,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     model = random_model("tiny", EOS + 1, EOS)
-    print("| workload | widths | method | batch 1 (2 prompts): unfilled | filled | batch 16: unfilled | filled |\n"
-          "| --- | --- | --- | ---: | ---: | ---: | ---: |")
+    print("| workload | widths | method | " + " | ".join(f"batch {b}: {r}" for b in ("1 (2 prompts)", "16") for r in RULES)
+          + " |\n| --- | --- | --- |" + " ---: |" * 2 * len(RULES))
     for workload in args.workloads:
         traces, errors = read_traces(args.traces / f"{workload}.jsonl")
         if len(traces) < 16:
@@ -69,10 +74,10 @@ def main(argv=None) -> int:
         hook = forced.attach(model)
         for widths, sizes in WIDTHS.items():
             for name, kwargs in METHODS.items():
-                cells = [sum(steps(model, forced, traces, [i], fill, sizes, args.max_new, **kwargs) for i in (0, 1))
-                         for fill in (False, True)]
-                cells += [steps(model, forced, traces, list(range(16)), fill, sizes, args.max_new, **kwargs)
-                          for fill in (False, True)]
+                cells = [sum(steps(model, forced, traces, [i], rule, sizes, args.max_new, **kwargs) for i in (0, 1))
+                         for rule in RULES]
+                cells += [steps(model, forced, traces, list(range(16)), rule, sizes, args.max_new, **kwargs)
+                          for rule in RULES]
                 print(f"| {workload} | {widths} | {name} | " + " | ".join(map(str, cells)) + " |", flush=True)
         hook.remove()
     return 0

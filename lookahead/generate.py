@@ -14,7 +14,7 @@ are prepared by transformers exactly as for its own loops. A step, the same for 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -25,8 +25,8 @@ from .index.build import row_indexes
 from .index.draft import Draft
 from .outputs import Recorder
 from .processing import Scorer, Stopper, Streamer, max_new_tokens as _max_new
-from .settings import (GenerationStats, Settings, check_supported, eos_override, hf_kwargs, make_settings,
-                       refuse_assistant, with_stop_strings)
+from .settings import (DRAFT_TOKENS, GenerationStats, Settings, check_supported, eos_override, hf_kwargs,
+                       make_settings, refuse_assistant, with_stop_strings)
 from .sizing import make_sizing
 from .targets import make_target
 from .verify.batch import DraftBatch, to_device
@@ -66,7 +66,7 @@ def generate(
     lookup: str = "ngram",
     max_ngram: int = 4,
     min_ngram: int = 1,
-    num_draft_tokens: int = 10,
+    num_draft_tokens: int | None = None,
     draft_cost: float | tuple | str | None = None,
     draft: str = "chain",
     max_draft_nodes: int = 32,
@@ -96,6 +96,8 @@ def generate(
             longest match of any length, adaptive drafts) or "none" (plain decoding).
         max_ngram, min_ngram: longest and shortest suffix the index matches.
         num_draft_tokens: most draft tokens verified per row and step, at most 1024 (0 disables drafting).
+            Default: 10; on a static step (`cache_implementation`, below) as many as the padded width that holds 10
+            does (15), since the step computes that width anyway.
         draft_cost: what verification costs, as a fraction of a one-token forward: the cost of one more verified
             token, or a pair (overhead of any multi-token forward, cost per token); drafts and trees are only as
             large as the acceptance seen so far pays for (`lookahead.policy`), then every row drafts up to the
@@ -182,8 +184,12 @@ def decode(model, input_ids, logits_processor, stopping_criteria, generation_con
     eos = settings.eos if settings.eos is not None else _ids(generation_config.eos_token_id)
     pad = _ids(generation_config.pad_token_id) or eos[:1] or (0,)
     max_new = _max_new(stopping_criteria, input_ids.shape[1])
-    max_width = max(settings.num_draft_tokens, settings.max_draft_nodes if settings.draft == "tree" else 0)
+    chosen = settings.num_draft_tokens
+    tokens = DRAFT_TOKENS if chosen is None else chosen
+    max_width = max(tokens, settings.max_draft_nodes if settings.draft == "tree" else 0)
     target = make_target(model, input_ids, inputs_tensor, model_kwargs, max_new, generation_config, max_width)
+    # unset, as many draft tokens as the step's width for DRAFT_TOKENS holds: the step computes them anyway
+    settings = replace(settings, num_draft_tokens=target.padded(tokens) if chosen is None else tokens)
     run = _make_run(model, input_ids.shape[0], logits_processor, stopping_criteria, generation_config, settings, eos,
                     max_new)
     V.check_documents(model, settings.documents, settings.memory)

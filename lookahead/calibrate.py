@@ -17,6 +17,7 @@ import torch
 
 from ._validate import position_limit
 from .policy import CostCurve, as_cost
+from .settings import DRAFT_TOKENS
 from .verify import new_cache, rollback
 
 logger = logging.getLogger(__name__)
@@ -84,7 +85,8 @@ def draft_cost(model, settings):
     if settings.draft_cost is None:
         return default_cost(model)
     if isinstance(settings.draft_cost, str):  # "auto"
-        most = max(settings.num_draft_tokens or 0, settings.max_draft_nodes if settings.draft == "tree" else 0)
+        tokens = DRAFT_TOKENS if settings.num_draft_tokens is None else settings.num_draft_tokens
+        most = max(tokens, settings.max_draft_nodes if settings.draft == "tree" else 0)
         limit = position_limit(model.config)
         return measured_draft_cost(model, max(min(most, limit // 2 if limit else most), 1))
     return as_cost(settings.draft_cost)

@@ -17,7 +17,7 @@ import torch
 
 from ._validate import position_limit
 from .policy import CostCurve, as_cost
-from .settings import DRAFT_TOKENS
+from .settings import DRAFT_NODES, DRAFT_TOKENS
 from .verify import new_cache, rollback
 
 logger = logging.getLogger(__name__)
@@ -86,7 +86,8 @@ def draft_cost(model, settings):
         return default_cost(model)
     if isinstance(settings.draft_cost, str):  # "auto"
         tokens = DRAFT_TOKENS if settings.num_draft_tokens is None else settings.num_draft_tokens
-        most = max(tokens, settings.max_draft_nodes if settings.draft == "tree" else 0)
+        nodes = DRAFT_NODES if settings.max_draft_nodes is None else settings.max_draft_nodes
+        most = max(tokens, nodes if settings.draft == "tree" else 0)
         limit = position_limit(model.config)
         return measured_draft_cost(model, max(min(most, limit // 2 if limit else most), 1))
     return as_cost(settings.draft_cost)

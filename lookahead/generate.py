@@ -25,7 +25,7 @@ from .index.build import row_indexes
 from .index.draft import Draft
 from .outputs import Recorder
 from .processing import Scorer, Stopper, Streamer, max_new_tokens as _max_new
-from .settings import (DRAFT_TOKENS, GenerationStats, Settings, check_supported, eos_override, hf_kwargs,
+from .settings import (DRAFT_NODES, DRAFT_TOKENS, GenerationStats, Settings, check_supported, eos_override, hf_kwargs,
                        make_settings, refuse_assistant, with_stop_strings)
 from .sizing import make_sizing
 from .targets import make_target
@@ -69,7 +69,7 @@ def generate(
     num_draft_tokens: int | None = None,
     draft_cost: float | tuple | str | None = None,
     draft: str = "chain",
-    max_draft_nodes: int = 32,
+    max_draft_nodes: int | None = None,
     memory=None,
     max_new_tokens: int | None = None,
     eos_token_id=None,
@@ -107,7 +107,8 @@ def generate(
             pass here). 0 always drafts `num_draft_tokens` when there is a match.
         draft: "chain" (one continuation) or "tree" (several continuations verified together in one forward with a
             tree attention mask; needs lookup="suffix" and a decoder-only model; greedy or sampling).
-        max_draft_nodes: most tree nodes verified per row and step (draft="tree"), at most 1024.
+        max_draft_nodes: most tree nodes verified per row and step (draft="tree"), at most 1024. Default: 32; on a
+            static step as many as the padded width that holds 32 does (63).
         memory: a `lookahead.Memory` that outlives calls: its earlier prompts and outputs are drafted from, and
             this call's prompts and outputs are added to it.
         max_new_tokens: most tokens generated per row. Default: 128, unless `generation_config` or `max_length`
@@ -184,12 +185,15 @@ def decode(model, input_ids, logits_processor, stopping_criteria, generation_con
     eos = settings.eos if settings.eos is not None else _ids(generation_config.eos_token_id)
     pad = _ids(generation_config.pad_token_id) or eos[:1] or (0,)
     max_new = _max_new(stopping_criteria, input_ids.shape[1])
-    chosen = settings.num_draft_tokens
-    tokens = DRAFT_TOKENS if chosen is None else chosen
-    max_width = max(tokens, settings.max_draft_nodes if settings.draft == "tree" else 0)
+    tokens = DRAFT_TOKENS if settings.num_draft_tokens is None else settings.num_draft_tokens
+    nodes = DRAFT_NODES if settings.max_draft_nodes is None else settings.max_draft_nodes
+    max_width = max(tokens, nodes if settings.draft == "tree" else 0)
     target = make_target(model, input_ids, inputs_tensor, model_kwargs, max_new, generation_config, max_width)
-    # unset, as many draft tokens as the step's width for DRAFT_TOKENS holds: the step computes them anyway
-    settings = replace(settings, num_draft_tokens=target.padded(tokens) if chosen is None else tokens)
+    # unset, as many draft tokens (tree nodes) as the step's width for the default holds: it computes them anyway
+    settings = replace(settings,
+                       num_draft_tokens=target.padded(tokens) if settings.num_draft_tokens is None else tokens,
+                       max_draft_nodes=target.padded(nodes) if settings.max_draft_nodes is None and
+                       settings.draft == "tree" else nodes)
     run = _make_run(model, input_ids.shape[0], logits_processor, stopping_criteria, generation_config, settings, eos,
                     max_new)
     V.check_documents(model, settings.documents, settings.memory)

@@ -16,9 +16,9 @@ from .settings import make_settings
 
 
 def custom_generate(model, input_ids, logits_processor, stopping_criteria, generation_config, *, lookup="ngram",
-                    max_ngram=4, min_ngram=1, num_draft_tokens=None, draft_cost=None, draft="chain", max_draft_nodes=32,
-                    memory=None, documents=None, tokenizer=None, generator=None, streamer=None, inputs_tensor=None,
-                    **model_kwargs):
+                    max_ngram=4, min_ngram=1, num_draft_tokens=None, draft_cost=None, draft="chain",
+                    max_draft_nodes=None, memory=None, documents=None, tokenizer=None, generator=None, streamer=None,
+                    inputs_tensor=None, **model_kwargs):
     """The lookahead decoding loop in the form `model.generate(custom_generate=...)` calls.
 
     Lookahead's own options (`lookup`, `max_ngram`, `min_ngram`, `num_draft_tokens`, `draft_cost`, `draft`,

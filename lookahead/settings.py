@@ -79,7 +79,7 @@ class Settings:
     num_draft_tokens: int | None = None  # None: DRAFT_TOKENS, or what the static step's width holds
     draft_cost: object = None  # None, a number, (overhead, per_token), a CostCurve or "auto"
     draft: str = "chain"
-    max_draft_nodes: int = 32
+    max_draft_nodes: int | None = None  # None: DRAFT_NODES, or what the static step's width holds
     memory: object = None  # a lookahead.Memory
     documents: list | None = None  # None, or per-row lists of 1-D int64 arrays
     generator: torch.Generator | int | None = None
@@ -90,10 +90,11 @@ class Settings:
 
 # The options every entry point (generate, custom_generate, plugin, pipeline) takes, with their defaults.
 OPTIONS = {"lookup": "ngram", "max_ngram": 4, "min_ngram": 1, "num_draft_tokens": None, "draft_cost": None,
-           "draft": "chain", "max_draft_nodes": 32, "memory": None, "documents": None, "tokenizer": None,
+           "draft": "chain", "max_draft_nodes": None, "memory": None, "documents": None, "tokenizer": None,
            "generator": None, "streamer": None}
 MAX_STEP = 1024  # most draft tokens or tree nodes verified per row and step: more cannot pay for a forward
 DRAFT_TOKENS = 10  # num_draft_tokens when not given (a static step: as many as its width for 10 holds)
+DRAFT_NODES = 32  # max_draft_nodes when not given (a static step: as many as its width for 32 holds)
 
 
 def make_settings(*, tokenizer=None, eos=None, **options) -> Settings:
@@ -113,7 +114,8 @@ def make_settings(*, tokenizer=None, eos=None, **options) -> Settings:
         raise ValueError(f"min_ngram must be <= max_ngram, got min_ngram={o['min_ngram']} > max_ngram={o['max_ngram']}")
     if o["num_draft_tokens"] is not None:
         V.check_int("num_draft_tokens", o["num_draft_tokens"], 0, MAX_STEP)
-    V.check_int("max_draft_nodes", o["max_draft_nodes"], 1, MAX_STEP)
+    if o["max_draft_nodes"] is not None:
+        V.check_int("max_draft_nodes", o["max_draft_nodes"], 1, MAX_STEP)
     if o["draft_cost"] is not None and not _is_cost(o["draft_cost"]):
         raise ValueError(f"draft_cost must be a number >= 0, a pair of them, a CostCurve, 'auto' or None, "
                          f"got {o['draft_cost']!r}")

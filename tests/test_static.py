@@ -308,26 +308,30 @@ def test_threads_generating_with_one_model_get_their_own_caches():
     assert len({s.key[-1] for s in _STATES[model]}) == 2
 
 
-def test_unset_num_draft_tokens_drafts_what_the_static_width_holds():
-    """Unset, num_draft_tokens is 10 on the dynamic cache and 15 on a static step (whose width for 10 drafts is 16):
-    fewer forwards, the same tokens; given, it caps the drafts as before. The model is forced to copy a long span of
-    its prompt, so that every draft is accepted."""
+@pytest.mark.parametrize("draft, option, given, holds", [("chain", "num_draft_tokens", 10, 15),
+                                                          ("tree", "max_draft_nodes", 32, 63)])
+def test_unset_draft_budgets_draft_what_the_static_width_holds(draft, option, given, holds):
+    """Unset, num_draft_tokens is 10 on the dynamic cache and 15 on a static step (whose width for 10 drafts is 16),
+    max_draft_nodes 32 and 63 (width 64): fewer forwards, the same tokens; given, they cap the drafts as before. The
+    model is forced to copy a long span of its prompt, so that every draft along the copy is accepted."""
     from lookahead.bench.forcing import ForcedOutputs
 
     model = tiny_model("llama")
-    prompt = torch.randint(1, model.config.vocab_size - 1, (200,), generator=torch.Generator().manual_seed(0))
-    forced = ForcedOutputs([(prompt.tolist(), prompt[40:160].tolist())], eos_token_id=0)
+    prompt = torch.randint(1, model.config.vocab_size - 1, (300,), generator=torch.Generator().manual_seed(0))
+    forced = ForcedOutputs([(prompt.tolist(), prompt[40:260].tolist())], eos_token_id=0)
     handle = forced.attach(model)
+    base = dict(lookup="suffix", draft="tree") if draft == "tree" else {}
     calls = {}
     try:
         for name, kwargs in {"static": dict(cache_implementation="static"), "dynamic": {},
-                             "static, 10": dict(cache_implementation="static", num_draft_tokens=10)}.items():
+                             "static, given": dict(cache_implementation="static", **{option: given})}.items():
             forced.reset()
-            calls[name] = generate(model, prompt[None], max_new_tokens=100, return_stats=True, draft_cost=0.0,
-                                   eos_token_id=0, **kwargs)
+            calls[name] = generate(model, prompt[None], max_new_tokens=200, return_stats=True, draft_cost=0.0,
+                                   eos_token_id=0, **base, **kwargs)
     finally:
         handle.remove()
-    assert all(out[0, 200:].tolist() == prompt[40:140].tolist() for out, _ in calls.values())
+    assert all(out[0, 300:].tolist() == prompt[40:240].tolist() for out, _ in calls.values())
     forwards = {name: stats.forward_passes for name, (_, stats) in calls.items()}
-    assert forwards["static"] < forwards["static, 10"] == forwards["dynamic"]
-    assert calls["static"][1].new_tokens / (forwards["static"] - 1) > 11
+    assert forwards["static"] < forwards["static, given"] == forwards["dynamic"]
+    assert calls["static"][1].new_tokens / (forwards["static"] - 1) > given + 1
+    assert calls["static, given"][1].new_tokens / (forwards["static, given"] - 1) <= given + 1 < holds

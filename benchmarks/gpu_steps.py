@@ -1,9 +1,9 @@
 """The decoding steps a GPU run of `gpu.py` takes, counted on this CPU: the same recorded workloads forced on a tiny
 random-weight Llama (steps depend on the drafts, not on the model's size), the accelerator's default draft_cost
 (0, 0.02), the static step's widths uncompiled (1, 2, 4, ..., the CUDA default) and compiled (1, 4, 16, 64). Three
-drafting rules: "10, unfilled" (num_draft_tokens=10, drafts not filled: an ablation that switches the fill off by
-patching `StaticCausalLM.padded`), "10, filled" (num_draft_tokens=10) and "default" (num_draft_tokens unset: on a
-static step as many as its width for 10 holds, 15).
+drafting rules: "10/32, unfilled" (num_draft_tokens=10, max_draft_nodes=32, drafts not filled: an ablation that
+switches the fill off by patching `StaticCausalLM.padded`), "10/32, filled" (the same budgets) and "default" (both
+unset: on a static step as many as its width for 10 tokens and 32 nodes holds, 15 and 63).
 
     python benchmarks/gpu_steps.py                      # traces of benchmarks/.cache/gpu-traces (gpu.py --export)
 """
@@ -26,14 +26,15 @@ METHODS = {"lookahead-ngram": dict(lookup="ngram"), "lookahead-suffix-tree": dic
 WIDTHS = {"uncompiled": static.WIDTHS, "compiled": static.COMPILED_WIDTHS}
 
 
-RULES = {"10, unfilled": dict(num_draft_tokens=10), "10, filled": dict(num_draft_tokens=10), "default": {}}
+GIVEN = dict(num_draft_tokens=10, max_draft_nodes=32)  # the defaults of the GPU run in RESULTS.md
+RULES = {"10/32, unfilled": GIVEN, "10/32, filled": GIVEN, "default": {}}
 
 
 def steps(model, forced, traces, rows, rule: str, widths: tuple, max_new: int, **kwargs) -> int:
     """Forwards after the prefill of one call over `rows` (the batch's steps)."""
     ids, mask = left_pad([traces[i][0] for i in rows], EOS, model.device)
     forced.reset()
-    unfilled = staticmethod(lambda n: 0) if rule == "10, unfilled" else None
+    unfilled = staticmethod(lambda n: 0) if rule == "10/32, unfilled" else None
     kwargs = {**kwargs, **RULES[rule]}
     with _patched(static, "WIDTHS", widths), _patched(static.StaticCausalLM, "padded", unfilled):
         _, stats = generate(model, ids, attention_mask=mask, max_new_tokens=max_new, eos_token_id=EOS,

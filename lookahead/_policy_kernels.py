@@ -8,6 +8,8 @@ recomputed only when a step taught its bucket something (`version` moved past th
 import numpy as np
 from numba import njit
 
+from .verify._kernels import first_path
+
 
 @njit(cache=True)
 def bucket(edges, match):
@@ -63,29 +65,14 @@ def record(matches, drafted, counts, edges, accepted, rejected, version):
 
 
 @njit(cache=True)
-def first_path_end(parents, depth):
-    """One past the last node of a best-first tree's first path (the first child at each depth), at most `depth`
-    deep; 0 for an empty path."""
-    node, m = -1, 0
-    while m < depth:
-        nxt = -1
-        for j in range(node + 1, parents.shape[0]):
-            if parents[j] == node:
-                nxt = j
-                break
-        if nxt < 0:
-            break
-        node, m = nxt, m + 1
-    return node + 1
-
-
-@njit(cache=True)
 def tree_size(probs, parents, depth, edges, accepted, seen, prior, costs):
     """How many of a best-first tree's nodes to verify: the n maximizing (1 + c_1 + ... + c_n) / costs[n], c the
     nodes' calibrated probabilities (the bin's acceptance shrunk towards the estimate by `prior` observations, kept
     non-increasing), never fewer than hold the tree's first path `depth` deep (the chain `DraftLength` drafts).
     probs, parents [n]; costs [>= n+1]."""
-    floor = first_path_end(parents, depth)
+    path = np.empty(parents.shape[0], dtype=np.int64)
+    m = first_path(parents, depth, path)
+    floor = path[m - 1] + 1 if m else 0
     gain, best, best_value, low = 1.0, 0, 1.0 / costs[0], 1.0
     for j in range(probs.shape[0]):
         b = bucket(edges, probs[j])
@@ -105,6 +92,7 @@ def tree_record(parents, sizes, probs, depths, cols, counts, edges, accepted, se
 
     parents, probs [b, N] packed trees of sizes [b]; cols [b, W] the accepted path's columns (root, then node + 1)
     of counts [b] nodes; on_path [N] scratch."""
+    chain = np.empty(parents.shape[1], dtype=np.int64)
     for i in range(parents.shape[0]):
         for j in range(sizes[i]):
             on_path[j] = False
@@ -115,22 +103,11 @@ def tree_record(parents, sizes, probs, depths, cols, counts, edges, accepted, se
             seen[b] += 1.0
             if on_path[j]:
                 accepted[b] += 1.0
-        node, m, same = -1, 0, True  # the first child at each depth, at most depths[i] deep
-        while m < depths[i]:
-            nxt = -1
-            for j in range(node + 1, sizes[i]):
-                if parents[i, j] == node:
-                    nxt = j
-                    break
-            if nxt < 0:
-                break
-            if same and (m >= counts[i] or cols[i, m + 1] - 1 != nxt):
-                followed[i], same = m, False
-            node = nxt
-            m += 1
-        floors[i] = m
-        if same:
-            followed[i] = m
+        floors[i] = first_path(parents[i, : sizes[i]], depths[i], chain)
+        f = 0
+        while f < floors[i] and f < counts[i] and cols[i, f + 1] - 1 == chain[f]:
+            f += 1
+        followed[i] = f
 
 
 def warm_up() -> None:

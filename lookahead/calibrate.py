@@ -17,7 +17,6 @@ import torch
 
 from ._validate import position_limit
 from .policy import CostCurve, as_cost
-from .settings import DRAFT_NODES, DRAFT_TOKENS
 from .verify import new_cache, rollback
 
 logger = logging.getLogger(__name__)
@@ -85,9 +84,7 @@ def draft_cost(model, settings):
     if settings.draft_cost is None:
         return default_cost(model)
     if isinstance(settings.draft_cost, str):  # "auto"
-        tokens = DRAFT_TOKENS if settings.num_draft_tokens is None else settings.num_draft_tokens
-        nodes = DRAFT_NODES if settings.max_draft_nodes is None else settings.max_draft_nodes
-        most = max(tokens, nodes if settings.draft == "tree" else 0)
+        most = settings.widest()
         limit = position_limit(model.config)
         return measured_draft_cost(model, max(min(most, limit // 2 if limit else most), 1))
     return as_cost(settings.draft_cost)

@@ -14,7 +14,7 @@ are prepared by transformers exactly as for its own loops. A step, the same for 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -25,8 +25,8 @@ from .index.build import row_indexes
 from .index.draft import Draft
 from .outputs import Recorder
 from .processing import Scorer, Stopper, Streamer, max_new_tokens as _max_new
-from .settings import (DRAFT_NODES, DRAFT_TOKENS, GenerationStats, Settings, check_supported, eos_override, hf_kwargs,
-                       make_settings, refuse_assistant, with_stop_strings)
+from .settings import (GenerationStats, Settings, check_supported, eos_override, hf_kwargs, make_settings,
+                       refuse_assistant, with_stop_strings)
 from .sizing import make_sizing
 from .targets import make_target
 from .verify.batch import DraftBatch, to_device
@@ -185,15 +185,8 @@ def decode(model, input_ids, logits_processor, stopping_criteria, generation_con
     eos = settings.eos if settings.eos is not None else _ids(generation_config.eos_token_id)
     pad = _ids(generation_config.pad_token_id) or eos[:1] or (0,)
     max_new = _max_new(stopping_criteria, input_ids.shape[1])
-    tokens = DRAFT_TOKENS if settings.num_draft_tokens is None else settings.num_draft_tokens
-    nodes = DRAFT_NODES if settings.max_draft_nodes is None else settings.max_draft_nodes
-    max_width = max(tokens, nodes if settings.draft == "tree" else 0)
-    target = make_target(model, input_ids, inputs_tensor, model_kwargs, max_new, generation_config, max_width)
-    # unset, as many draft tokens (tree nodes) as the step's width for the default holds: it computes them anyway
-    settings = replace(settings,
-                       num_draft_tokens=target.padded(tokens) if settings.num_draft_tokens is None else tokens,
-                       max_draft_nodes=target.padded(nodes) if settings.max_draft_nodes is None and
-                       settings.draft == "tree" else nodes)
+    target = make_target(model, input_ids, inputs_tensor, model_kwargs, max_new, generation_config, settings.widest())
+    settings = settings.resolved(target.padded)  # unset budgets fill the step's width: it computes them anyway
     run = _make_run(model, input_ids.shape[0], logits_processor, stopping_criteria, generation_config, settings, eos,
                     max_new)
     V.check_documents(model, settings.documents, settings.memory)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 import torch
@@ -86,6 +86,21 @@ class Settings:
     streamer: object = None
     eos: tuple | None = None  # overrides the generation config's eos ids; () means none
     stats: GenerationStats = field(default_factory=GenerationStats)
+
+    def widest(self) -> int:
+        """Most draft tokens (or tree nodes) a row verifies per step, the defaults standing in for unset budgets."""
+        tokens = DRAFT_TOKENS if self.num_draft_tokens is None else self.num_draft_tokens
+        nodes = DRAFT_NODES if self.max_draft_nodes is None else self.max_draft_nodes
+        return max(tokens, nodes if self.draft == "tree" else 0)
+
+    def resolved(self, padded) -> "Settings":
+        """These settings with unset budgets set to what the step's width for their default holds (`padded(n)`: the
+        columns a step verifying n computes anyway); the same stats."""
+        tokens = padded(DRAFT_TOKENS) if self.num_draft_tokens is None else self.num_draft_tokens
+        nodes = self.max_draft_nodes
+        if nodes is None:
+            nodes = padded(DRAFT_NODES) if self.draft == "tree" else DRAFT_NODES
+        return replace(self, num_draft_tokens=tokens, max_draft_nodes=nodes)
 
 
 # The options every entry point (generate, custom_generate, plugin, pipeline) takes, with their defaults.

@@ -9,10 +9,12 @@ each (batch, width) is captured once as a CUDA graph and replayed, so a step cos
 launch and one device-to-host copy of the argmax (reference: gpt-fast's static cache; vLLM's captured sizes).
 Rows that finish stay in the batch (their outputs are ignored) so that shapes do not change, until the rows still
 running fit a batch of a power of four at most half as large: then their slots move there (one gather), and later
-steps compute only them (a batch of 16 code edits ends with its 2-4 slowest rows for half its steps); not when the
-step is compiled, where each batch size costs compilations. A compiled step
+steps compute only them (a batch of 16 code edits ends with its 2-4 slowest rows for half its steps). A compiled step
 (`torch.compile`, inductor's kernels under our graphs) is padded to fewer widths (1, 4, 16, 64): each is a
-compilation. Which calls take this path, and compiled or not, is `static_mode`'s decision.
+compilation. Its batch dimension is compiled dynamic, so one compilation per width serves every batch of two rows or
+more: compaction, and later calls of other batch sizes, cost captures, not compilations (a batch of one is a
+compilation of its own, so a compiled step compacts to two rows at least). Which calls take this path, and compiled or
+not, is `static_mode`'s decision.
 """
 from __future__ import annotations
 
@@ -84,6 +86,11 @@ class SlotCache(Cache):
         self.origin = torch.arange(batch, device=device)  # the call's row that each batch row holds (compaction)
         super().__init__(layers=[SlotLayer(self, i) for i in range(text.num_hidden_layers)])
 
+    def batch_tensors(self) -> list:
+        """(tensor, its batch dimension) of every cache tensor a step may read (`origin`: a forward hook may)."""
+        return [(self.kv, 2), (self.rows, 0), (self.origin, 0)] + [(t, 0) for layer in self.layers
+                                                                   for t in (layer.keys, layer.values)]
+
     def move(self, src: torch.Tensor, dst: torch.Tensor) -> None:
         """Copy every layer's slots `src` [b, W] to `dst` [b, W] (all read before any is written)."""
         moved = self.kv[:, :, self.rows, :, src]  # [b, W, 2, layers, heads, d]
@@ -126,6 +133,8 @@ class _State:
                 options["dynamic"] = False
             self.step = torch.compile(_step, **{k: v for k, v in options.items()
                                                 if k in ("fullgraph", "dynamic", "backend", "mode", "options")})
+            for tensor, dim in self.cache.batch_tensors() + [(self.prompt_valid, 0)]:
+                _batch_dynamic(tensor, dim)
 
     def run(self, model, width: int) -> torch.Tensor:
         """The step over the input buffer of `width`; compiled, each (batch, width) is one more specialisation,
@@ -142,6 +151,12 @@ class _State:
                                "disable_compile=True to skip compiling)", type(error).__name__, error)
                 self.step, self.compiled = _step, False
         return _step(model, self, self.inputs[width])
+
+
+def _batch_dynamic(tensor: torch.Tensor, dim: int) -> None:
+    """Compile the step with `tensor`'s batch dimension `dim` symbolic: one compilation per width serves every batch
+    of two rows or more (a batch of one is specialised all the same)."""
+    torch._dynamo.maybe_mark_dynamic(tensor, dim)
 
 
 def _step(model, state: _State, inputs: torch.Tensor) -> torch.Tensor:
@@ -262,10 +277,9 @@ class StaticCausalLM:
 
     def keep(self, rows: list) -> None:
         """Keep running only the loop's rows `rows`. The others stay in the batch, ignored, until the running rows
-        fit a batch of a power of four at most half as large: then they move there (`_compact`), unless the step is
-        compiled (each batch size would cost its own compilations: about a minute on an H100)."""
+        fit a batch of a power of four at most half as large: then they move there (`_compact`)."""
         self.active = self.active[rows]
-        if self.compile_config is None and len(self.active) and _compacted(len(self.active)) <= len(self.write) // 2:
+        if len(self.active) and _compacted(len(self.active), self.compile_config is not None) <= len(self.write) // 2:
             self._compact()
         else:
             self._active = torch.from_numpy(self.active).to(self.model.device)
@@ -276,7 +290,7 @@ class StaticCausalLM:
         (powers of four: few batch sizes, each a set of graphs or compilations). Spare rows repeat the last running
         row (their outputs are ignored)."""
         live = len(self.active)
-        size = _compacted(live)
+        size = _compacted(live, self.compile_config is not None)
         src = np.concatenate([self.active, np.full(size - live, self.active[-1])])
         old, new = self.state, _state(self.model, size, self.slots, self.compile_config)
         index = torch.from_numpy(src).to(self.model.device)
@@ -305,6 +319,8 @@ class StaticCausalLM:
         state = self.state
         if width not in state.inputs:
             state.inputs[width] = torch.zeros_like(self.host[width], device=self.model.device)
+            if state.compiled:
+                _batch_dynamic(state.inputs[width], 0)
         state.inputs[width].copy_(self.host[width], non_blocking=True)
         if not self.graphs or state.eager:
             return state.run(self.model, width)
@@ -356,12 +372,13 @@ def _bits(seen: np.ndarray) -> np.ndarray:
         np.int64)
 
 
-def _compacted(live: int) -> int:
-    """The batch `live` running rows are compacted into: the smallest power of four that holds them."""
+def _compacted(live: int, compiled: bool) -> int:
+    """The batch `live` running rows are compacted into: the smallest power of four that holds them; two rows at
+    least when the step is compiled (its batch dimension is dynamic from two rows on: one would cost compilations)."""
     size = 1
     while size < live:
         size *= 4
-    return size
+    return max(size, 2) if compiled else size
 
 
 def _bucket(n: int, sizes=WIDTHS) -> int:
@@ -385,16 +402,23 @@ def _kept_state(model, key: tuple, batch: int, slots: int, compile_config) -> _S
         states[:] = [s for s in states if s.key != key]  # a longer one replaces the shorter ones
         del states[: max(len(states) - MAX_STATES + 1, 0)]
         try:
-            state = _State(model, batch, _round_slots(slots), compile_config)
+            state = _new_state(model, batch, slots, compile_config)
         except torch.OutOfMemoryError:
             states.clear()
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
-            state = _State(model, batch, _round_slots(slots), compile_config)
+            state = _new_state(model, batch, slots, compile_config)
     else:
         states.remove(state)
     states.append(state)
     return state
+
+
+def _new_state(model, batch: int, slots: int, compile_config) -> _State:
+    """A new state, its tensors made in inference mode wherever it is made (a call's first state is made before the
+    loop enters inference mode, a compacted one inside it): a compiled step guards on that, and would recompile."""
+    with torch.inference_mode():
+        return _State(model, batch, _round_slots(slots), compile_config)
 
 
 def _key(model, batch: int, compile_config) -> tuple:

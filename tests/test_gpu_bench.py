@@ -32,7 +32,8 @@ def written(out, width: int, eos: int) -> list:
 
 
 @pytest.mark.parametrize("name", ["hf-greedy", "hf-greedy-static", "lookahead-none", "lookahead-ngram",
-                                  "lookahead-suffix", "lookahead-suffix-tree", "lookahead-suffix-tree-static"])
+                                  "lookahead-suffix", "lookahead-suffix-tree", "lookahead-suffix-tree-static",
+                                  "lookahead-ngram-compiled"])
 def test_forced_batches_write_the_recording(setup, name):
     """Every method writes each row's recorded output; lookahead's shrinking batch is re-identified at most once per
     finished row."""

@@ -211,17 +211,24 @@ def test_rows_that_finish_are_compacted_away_and_the_rest_stays_exact(draft):
     assert {s.cache.rows.shape[0] for s in S._STATES[model]} == {5, 1}  # the last running row moved to a batch of 1
 
 
-def test_a_compiled_step_keeps_its_batch(monkeypatch):
-    """With a compiled step the finished rows stay in the batch: a smaller one would cost compilations of its own."""
+def test_a_compiled_step_compacts_without_compiling_again(monkeypatch):
+    """A compiled step's batch dimension is dynamic: the batch of 5 and the 2 rows it is compacted into (two at
+    least: one row would be a compilation of its own) share one compilation per width, and the tokens stay greedy's."""
     import lookahead.static as S
+    from torch._dynamo.utils import counters
 
-    monkeypatch.setattr(S.torch, "compile", lambda fn, **options: fn)  # "compiled", at no cost
     model, batch, mask, eos = _staggered()
     expected = model.generate(batch, attention_mask=mask, do_sample=False, max_new_tokens=40, eos_token_id=eos)
+    steps, run = [], S.StaticCausalLM._run
+    monkeypatch.setattr(S.StaticCausalLM, "_run", lambda self, width: steps.append((len(self.write), width))
+                        or run(self, width))
+    torch._dynamo.reset()
+    before = counters["stats"]["unique_graphs"]
     out = generate(model, batch, attention_mask=mask, max_new_tokens=40, eos_token_id=eos, lookup="suffix",
                    cache_implementation="static", compile_config=T.CompileConfig())
     assert torch.equal(out, expected)
-    assert {s.cache.rows.shape[0] for s in S._STATES[model]} == {5}
+    assert {b for b, _ in steps} == {5, 2}  # compacted, to two rows
+    assert counters["stats"]["unique_graphs"] - before == len({w for _, w in steps})  # one compilation per width
 
 
 def test_a_model_spread_over_devices_keeps_the_dynamic_cache():

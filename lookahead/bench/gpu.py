@@ -22,7 +22,7 @@ import torch
 
 from .e2e import left_pad
 from .forcing import ForcedOutputs
-from .methods import resolve
+from .methods import METHODS, resolve
 from .steps import Batch, per_step, run_rounds
 from .timing import ForwardTimer, spread
 
@@ -91,7 +91,7 @@ def run_plan(model, workloads: dict, plan: Plan, eos: int, log=print, progress=N
     hook = forced.attach(model)
     timer = ForwardTimer(model.device)
     cuda = torch.device(model.device).type == "cuda"  # where an explicit static cache is compiled: no hooks inside
-    compiled = {m for m in plan.methods if cuda and m.endswith("-static")}
+    compiled = {m for m in plan.methods if cuda and m.endswith("-static") or "compile_config" in METHODS[m].options}
     rows, start = [], time.perf_counter()
     try:
         for batch in plan.batches:

@@ -18,6 +18,8 @@ import argparse
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
+from transformers import CompileConfig
+
 from ..index import NgramIndex, SuffixIndex
 from .oracles import AnchoredOracle, HindsightOracle
 from .peers import PromptLookup, VllmNgram
@@ -95,6 +97,9 @@ METHODS: dict[str, Method] = {m.name: m for m in [
            runner="lookahead", options={"lookup": "suffix", **_STATIC}),
     Method("lookahead-suffix-tree-static", "lookahead-suffix-tree with cache_implementation='static' (compiled on "
            "CUDA)", runner="lookahead", options={"lookup": "suffix", **_TREE, **_STATIC}),
+    Method("lookahead-ngram-compiled", "lookahead-ngram with cache_implementation='static' and transformers' "
+           "CompileConfig: compiled on any device (on CUDA the same as lookahead-ngram-static)", runner="lookahead",
+           options={"lookup": "ngram", **_STATIC, "compile_config": CompileConfig()}),
     Method("hf-greedy", "transformers greedy, dynamic cache", runner="hf"),
     Method("hf-greedy-static", "transformers greedy, static cache (compiled with CUDA graphs on a GPU)",
            runner="hf", options=_STATIC),

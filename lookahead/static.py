@@ -260,9 +260,10 @@ class StaticCausalLM:
         return logits[:, :n].clone() if logits is self.state.outputs.get(width) else logits[:, :n]
 
     def commit(self, batch, verdict) -> None:
-        """Advance each running row past its last token and accepted drafts (trees: packed behind it first)."""
+        """Advance each running row past its last token and accepted drafts (trees: packed behind it first, unless
+        every row accepted along its first path)."""
         rows = self.active
-        if verdict.paths is not None:
+        if not verdict.in_place:
             cols = verdict.columns()  # [b, W] root then accepted nodes
             src = np.repeat(self.write[:, None], cols.shape[1], 1)
             dst = src.copy()

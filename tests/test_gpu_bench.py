@@ -147,6 +147,12 @@ def test_host_overhead_rows(setup):
     assert "| 1 | lookahead-suffix-tree |" in host.markdown(rows) and "<= 0.30x" in host.markdown(rows)
 
 
+def test_folded_traces_fit_a_small_vocabulary_and_keep_their_copies():
+    """`host_overhead.py --vocab`: ids fold below the eos id (vocab - 1), and a copied span stays a copy."""
+    [(prompt, output)] = host.folded([([5, 1030, 7, 2000, 1022], [1030, 7, 1022])], 1024)
+    assert max(prompt + output) < 1023 and output == prompt[1:3] + [prompt[4]]
+
+
 def test_cold_costs_time_each_operation_after_a_forward(setup):
     """`host_overhead.py --cold` times every kind of small host operation right after a forward and again at once."""
     _, _, model = setup

@@ -67,6 +67,23 @@ def test_tree_drafts_on_the_pretrained_model_accept_more_per_forward(stories_mod
     assert stats.tokens_per_forward > max(2.0, chain_stats.tokens_per_forward)
 
 
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
+def test_paths_off_the_first_one_are_packed_and_the_first_one_moves_nothing(stories_model, monkeypatch, cache):
+    """A step that accepts its tree's first nodes in order keeps their keys and values where they are; one that
+    accepts another branch packs it behind the root. This story takes both kinds of step, and stays greedy's."""
+    from lookahead.verify.batch import Verdict
+
+    kinds, in_place = [], Verdict.in_place.func
+    monkeypatch.setattr(Verdict, "in_place", property(
+        lambda v: kinds.append(in_place(v)) or kinds[-1] if any(map(len, v.paths or [])) else in_place(v)))
+    story = stories_model.generate(torch.tensor([[1]]), do_sample=False, max_new_tokens=80)
+    prompt = torch.cat([story, story[:, 1:30]], dim=1)
+    expected = stories_model.generate(prompt, do_sample=False, max_new_tokens=100)
+    out = generate(stories_model, prompt, lookup="suffix", draft="tree", max_new_tokens=100, cache_implementation=cache)
+    assert torch.equal(out, expected)
+    assert True in kinds and False in kinds
+
+
 def test_tree_drafts_with_a_prefix_dependent_processor():
     """repetition_penalty sees each node's own path as its prefix."""
     model = tiny_model("gpt_neox")

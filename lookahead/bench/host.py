@@ -94,6 +94,12 @@ def markdown(rows: list) -> str:
     return "\n".join(lines)
 
 
+def folded(traces: list, vocab: int) -> list:
+    """Traces with their token ids folded into `vocab` ids (id mod vocab - 1; vocab - 1 is left for eos): what
+    copies what stays so, and a model with that vocabulary computes small logits."""
+    return [([t % (vocab - 1) for t in prompt], [t % (vocab - 1) for t in output]) for prompt, output in traces]
+
+
 COLD_OPS = {  # one small operation of each kind a host step is made of
     "python (sum of 20 ints)": lambda a, t: sum(range(20)),
     "numpy reduction (max of 1)": lambda a, t: a.max(),

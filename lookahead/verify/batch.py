@@ -109,6 +109,13 @@ class Verdict:
             return [[*batch.tokens[i, :a].tolist(), int(t)] for i, (a, t) in enumerate(zip(self.counts, self.bonus))]
         return [[*batch.tokens[i, p].tolist(), int(t)] for i, (p, t) in enumerate(zip(self.paths, self.bonus))]
 
+    @cached_property
+    def in_place(self) -> bool:
+        """Whether every row accepted its draft's first nodes in order (0, 1, ..., k-1), as chains always do: their
+        keys and values already sit right behind the root, so keeping them moves nothing (a tree's first path is its
+        likeliest: most tree steps that accept anything accept along it)."""
+        return self.paths is None or all(p == list(range(len(p))) for p in self.paths)
+
     def columns(self) -> np.ndarray | None:
         """[b, W] forward columns along each row's accepted path (root first); None for chains (columns 0..W-1)."""
         return None if self.paths is None else self._columns

@@ -258,16 +258,17 @@ def _advance(target, rows: _Rows, outs, run: _Run, batch: DraftBatch, verdict, s
 
 def _append(rows: _Rows, outs, gained, run: _Run, scores, logits) -> list:
     """Append each row's gained tokens, cut where plain decoding would have stopped; return which rows are done."""
-    done = []
+    done, criteria = [], bool(run.stopper.criteria)  # rows of tensors are taken only for those who read them
     for i, (rid, new) in enumerate(zip(rows.ids, gained)):
-        new, stop = run.stopper.keep(rows.prompts[i], outs[rid], new, scores[i])
+        new, stop = run.stopper.keep(rows.prompts[i] if criteria else None, outs[rid], new,
+                                     scores[i] if criteria else None)
         if run.recorder is not None:
             run.recorder.add(rid, scores[i, : len(new)], logits[i, : len(new)])
         run.streamer.put(new)
         outs[rid].extend(new)
         rows.last[i] = new[-1]
         if rows.indexes[i] is not None:
-            rows.indexes[i].extend(new)
+            rows.indexes[i].extend(np.array(new, dtype=np.int64))
         done.append(stop)
     return done
 

@@ -156,7 +156,8 @@ class Stopper:
         self.criteria = [c for c in (criteria or []) if not isinstance(c, (MaxLengthCriteria, EosTokenCriteria))]
 
     def keep(self, prompt: torch.Tensor, out: list, new: list, scores) -> tuple:
-        """(tokens of `new` to keep, whether the row is done) for a row with `out` generated after `prompt`."""
+        """(tokens of `new` to keep, whether the row is done) for a row with `out` generated after `prompt`
+        (`prompt` and `scores` are read only by the stopping criteria: None without any)."""
         new = new[: self.max_new - len(out)]
         for j, t in enumerate(new):
             if t in self.eos or self._criteria_met(prompt, out, new[: j + 1], scores, j):

@@ -261,7 +261,7 @@ class StaticCausalLM:
 
     def commit(self, batch, verdict) -> None:
         """Advance each running row past its last token and accepted drafts (trees: packed behind it first, unless
-        every row accepted along its first path)."""
+        every row accepted its first nodes in order: `Verdict.in_place`)."""
         rows = self.active
         if not verdict.in_place:
             cols = verdict.columns()  # [b, W] root then accepted nodes

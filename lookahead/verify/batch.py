@@ -112,8 +112,8 @@ class Verdict:
     @cached_property
     def in_place(self) -> bool:
         """Whether every row accepted its draft's first nodes in order (0, 1, ..., k-1), as chains always do: their
-        keys and values already sit right behind the root, so keeping them moves nothing (a tree's first path is its
-        likeliest: most tree steps that accept anything accept along it)."""
+        keys and values already sit right behind the root, so keeping them moves nothing (trees are numbered best
+        first: while their likeliest path stays likelier than every branch, it is their first nodes)."""
         return self.paths is None or all(p == list(range(len(p))) for p in self.paths)
 
     def columns(self) -> np.ndarray | None:

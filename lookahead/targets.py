@@ -119,7 +119,7 @@ class CausalLM:
     def commit(self, batch, verdict) -> None:
         """Keep each row's last token and accepted drafts in the cache; mask the slots of rows that accepted fewer."""
         start = self.width
-        if verdict.in_place:  # chains, and trees accepted along their first paths: only rejected slots to cut
+        if verdict.in_place:  # chains, and trees whose first nodes were accepted in order: cut the rest
             width = int(verdict.counts.max()) + 1
             rollback(self.cache, start + width, start + batch.width + 1)
         else:

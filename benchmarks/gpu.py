@@ -7,6 +7,7 @@ The GPU machine has no ../shared/data: export the traces first (here), carry the
 
     python benchmarks/gpu.py --export                      # writes benchmarks/.cache/gpu-traces/*.jsonl (gitignored)
     python benchmarks/gpu.py --out /tmp/gpu                # on the GPU machine: 452 s on an H100
+    python benchmarks/gpu.py --out /tmp/gpu --batch 1 --profile   # + where each lookahead step's host time goes
     python benchmarks/gpu.py --device cpu --shape tiny --dtype fp32 --batch 1 2 --max-new 16 --out /tmp/cpu  # smoke
 """
 from __future__ import annotations
@@ -73,6 +74,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--count", type=positive_int, default=16, help="--export: traces per workload")
     parser.add_argument("--data-dir", type=Path, default=None, help="--export: the shared data folder")
     parser.add_argument("--threads", type=positive_int, default=None, help="torch threads (default: torch's)")
+    parser.add_argument("--profile", action="store_true",
+                        help="also profile one call of each lookahead method at batch 1 (torch's and Python's "
+                             "profilers: where the host time goes) into --out/profile-WORKLOAD-METHOD.txt")
     return parser.parse_args(argv)
 
 
@@ -99,6 +103,9 @@ def main(argv=None) -> int:
         return 0
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.profile and args.out is None:
+        print("gpu.py: --profile writes into --out: give a folder", file=sys.stderr)
+        return 2
     workloads = load(args.traces, args.workloads)
     if not workloads:
         print(f"gpu.py: no traces in {args.traces}: run `python benchmarks/gpu.py --export` where ../shared/data is",
@@ -122,7 +129,12 @@ def main(argv=None) -> int:
             (args.out / "gpu.md").write_text(f"{info}\n\n{gpu.markdown(rows)}\n")
             (args.out / "gpu.json").write_text(json.dumps(gpu.as_json(rows, plan, info), indent=1))
 
-    rows = gpu.run_plan(model, workloads, plan, EOS, log=lambda line: print(line, flush=True), progress=write)
+    def profiled(workload: str, method: str, text: str) -> None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / f"profile-{workload}-{method}.txt").write_text(text)
+
+    rows = gpu.run_plan(model, workloads, plan, EOS, log=lambda line: print(line, flush=True), progress=write,
+                        profile=profiled if args.profile else None)
     print("\n" + gpu.markdown(rows))
     write(rows)
     if args.out is not None:

@@ -171,10 +171,13 @@ def test_gpu_script_runs_from_exported_traces(setup, tmp_path):
     done = subprocess.run(
         [sys.executable, "benchmarks/gpu.py", "--traces", str(folder), "--workloads", "code-edit", "--device", "cpu",
          "--shape", "tiny", "--dtype", "fp32", "--batch", "1", "--prompts", "1", "--repeats", "1", "--max-new", "8",
-         "--methods", "hf-greedy", "lookahead-ngram", "--out", str(tmp_path / "out"), "--threads", "1"],
+         "--methods", "hf-greedy", "lookahead-ngram", "--out", str(tmp_path / "out"), "--threads", "1", "--profile"],
         cwd=ROOT, capture_output=True, text=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stderr
     assert "| lookahead-ngram |" in done.stdout and (tmp_path / "out" / "gpu.json").exists()
+    profile = (tmp_path / "out" / "profile-code-edit-lookahead-ngram.txt").read_text()  # lookahead's methods only
+    assert "aten::" in profile and "lookahead/generate.py" in profile
+    assert not (tmp_path / "out" / "profile-code-edit-hf-greedy.txt").exists()
     bad = subprocess.run([sys.executable, "benchmarks/gpu.py", "--repeats", "0"], cwd=ROOT, capture_output=True,
                          text=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert bad.returncode == 2 and "argument --repeats: expected an integer >= 1, got '0'" in bad.stderr

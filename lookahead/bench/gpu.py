@@ -23,7 +23,7 @@ import torch
 from .e2e import left_pad
 from .forcing import ForcedOutputs
 from .methods import METHODS, resolve
-from .steps import Batch, per_step, run_rounds
+from .steps import Batch, call_sample, per_step, run_rounds
 from .timing import ForwardTimer, spread
 
 GREEDY, STATIC, LOOKUP = "hf-greedy", "hf-greedy-static", "hf-prompt-lookup-2"
@@ -82,9 +82,10 @@ def batches_for(traces: list, batch: int, plan: Plan, eos: int, device) -> list:
     return calls
 
 
-def run_plan(model, workloads: dict, plan: Plan, eos: int, log=print, progress=None) -> list:
+def run_plan(model, workloads: dict, plan: Plan, eos: int, log=print, progress=None, profile=None) -> list:
     """Rows for every workload ({name: traces}, rows indexed across workloads), batch size and method; `progress`
-    (when given) is called with the rows so far after each workload and batch size (ratios not yet added)."""
+    (when given) is called with the rows so far after each workload and batch size (ratios not yet added);
+    `profile(workload, method, text)` (when given) with `profile_call`'s text of each lookahead method at batch 1."""
     names = list(workloads)
     offsets = np.cumsum([0] + [len(workloads[n]) for n in names])
     forced = ForcedOutputs([t for n in names for t in workloads[n]], eos, model.device)  # one hook: one compile
@@ -105,6 +106,8 @@ def run_plan(model, workloads: dict, plan: Plan, eos: int, log=print, progress=N
                 say = (lambda line, n=name, b=batch: log(f"[{time.perf_counter() - start:5.0f}s] {n} batch {b}: "
                                                          f"{line}"))
                 samples, first = run_rounds(model, methods, calls, forced, timer, eos, plan.repeats, compiled, say)
+                for m in (m for m in methods if profile is not None and batch == 1 and m.runner == "lookahead"):
+                    profile(name, m.name, profile_call(model, m, calls[0], forced, eos, m.name in compiled))
                 rows += [_row(name, batch, m.name, samples[m.name], first[m.name]) for m in methods
                          if m.name in samples]
                 if progress is not None:
@@ -113,6 +116,27 @@ def run_plan(model, workloads: dict, plan: Plan, eos: int, log=print, progress=N
         hook.remove()
     add_ratios(rows)
     return rows
+
+
+def profile_call(model, method, batch: Batch, forced, eos: int, compiled: bool, top: int = 30) -> str:
+    """Where one call of `method` spends its host time, as text: one call under torch's profiler (each torch
+    operation and CUDA runtime call: kernel launches, copies, synchronizations), one under Python's (each Python
+    function: drafting, acceptance, bookkeeping), their `top` entries by own time."""
+    import cProfile
+    import io
+    import pstats
+
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if torch.device(model.device).type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities) as prof:
+        call_sample(model, method, batch, forced, None, eos, compiled)
+    python, text = cProfile.Profile(), io.StringIO()
+    python.runcall(call_sample, model, method, batch, forced, None, eos, compiled)
+    pstats.Stats(python, stream=text).sort_stats("tottime").print_stats(top)
+    return (f"# {method.name}: torch operations by own host time\n\n"
+            f"{prof.key_averages().table(sort_by='self_cpu_time_total', row_limit=top)}\n\n"
+            f"# {method.name}: Python functions by own time\n{text.getvalue()}")
 
 
 def _row(workload: str, batch: int, method: str, samples: list, first: float) -> Row:

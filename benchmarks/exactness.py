@@ -18,8 +18,10 @@ import torch
 from lookahead.bench import exactness
 from lookahead.bench.arguments import method_name, positive_int
 from lookahead.bench.e2e import DTYPES
+from lookahead.models import STORIES260K
 
-MODEL = Path(__file__).resolve().parents[1].parent / "shared" / "models" / "stories260K"
+MODEL = STORIES260K  # the same model as ../shared/models/stories260K, shipped with the package (a GPU machine has no
+# ../shared)
 
 
 def main(argv=None) -> int:

@@ -34,7 +34,7 @@ TESTED = ("llama", "gpt2", "qwen2", "mistral", "gpt_neox", "phi3", "gemma")  # m
 MAX_STATES = 4  # caches (with their graphs) kept per model; the least recently used goes first
 _BIT = (np.uint64(1) << np.arange(64, dtype=np.uint64)).view(np.int64)  # query q sees itself
 _UPTO = (np.cumsum(_BIT.view(np.uint64), dtype=np.uint64)).view(np.int64)  # query q sees columns 0..q (a chain)
-RECOMPILE_LIMIT = 64  # compiled step specialisations per process: batch sizes x widths
+RECOMPILE_LIMIT = 64  # compiled step specialisations per process: widths x cache lengths x (one row, more)
 _STATES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> [_State], most recently used last
 _LOCK = threading.Lock()
 
@@ -137,8 +137,9 @@ class _State:
                 _batch_dynamic(tensor, dim)
 
     def run(self, model, width: int) -> torch.Tensor:
-        """The step over the input buffer of `width`; compiled, each (batch, width) is one more specialisation,
-        more than dynamo's default limit of 8 per function allows, so the limit is raised while it runs."""
+        """The step over the input buffer of `width`; compiled, each width, cache length and batch of one row or
+        more is one more specialisation, more than dynamo's default limit of 8 per function allows, so the limit is
+        raised while it runs."""
         if self.compiled:
             limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
             try:

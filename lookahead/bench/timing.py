@@ -5,7 +5,9 @@ machine's speed falls on all of them alike.
 the device's timeline; in eager mode that includes the gaps where the GPU waits for the host's launches), on a CPU
 it reads `time.perf_counter` around it. Forwards replayed from a CUDA graph run no
 hooks: on CUDA the timer also marks every `CUDAGraph.replay` while attached (a lookahead static step is one replay);
-a call whose forwards were not all seen (a compiled forward) reports no forward time, see `steps`.
+a call whose forwards were not all seen (a compiled forward) reports no forward time, see `steps`. On a CPU a lookahead
+static step (`lookahead.static._step`) is marked as one forward too, the attention mask it builds included: on CUDA
+that mask is built inside the step's graph, on the device, so host time means the same on both.
 `timed_call` runs one call and returns a `Call`: wall-clock seconds (the
 device's queued work included), each forward's start and duration, and the call's output.
 
@@ -64,15 +66,15 @@ class ForwardTimer:
     def __init__(self, device):
         self.cuda = torch.device(device).type == "cuda"
         self._marks: list = []  # per forward: (start, end) events on CUDA, perf_counter floats on a CPU
-        self._open = None
+        self._open, self._inside = None, False  # _inside: within a static step marked as a whole
 
     def attach(self, model, hooks: bool = True) -> list:
         """Register the pre- and post-forward hooks (`hooks`; leave them off for a compiled forward, which would
-        trace them) and on CUDA time every CUDA graph replay as a forward (replays run no hooks); returns the
-        handles (call `.remove()` on each)."""
+        trace them) and on CUDA time every CUDA graph replay as a forward (replays run no hooks), on a CPU every
+        uncompiled static step (with `hooks`); returns the handles (call `.remove()` on each)."""
         handles = [model.register_forward_pre_hook(self._before), model.register_forward_hook(self._after)] if hooks \
             else []
-        return handles + ([_ReplayTimer(self)] if self.cuda else [])
+        return handles + ([_ReplayTimer(self)] if self.cuda else [_StepTimer(self)] if hooks else [])
 
     def _now(self):
         if not self.cuda:
@@ -82,11 +84,11 @@ class ForwardTimer:
         return event
 
     def _before(self, module, args):
-        if not _capturing():
+        if not _capturing() and not self._inside:
             self._open = self._now()
 
     def _after(self, module, args, output):
-        if not _capturing():  # a CUDA graph being captured: its replays run no hooks, so count none
+        if not _capturing() and not self._inside:  # a CUDA graph being captured: its replays run no hooks
             self._marks.append((self._open, self._now()))
 
     def start(self) -> object:
@@ -124,6 +126,30 @@ class _ReplayTimer:
 
     def remove(self) -> None:
         torch.cuda.CUDAGraph.replay = self.original
+
+
+class _StepTimer:
+    """Wraps lookahead's uncompiled static step (`lookahead.static._step`) until `remove()`: each step is marked as one
+    forward, its attention mask included, and the model's hooks inside it mark nothing."""
+
+    def __init__(self, timer: ForwardTimer):
+        from .. import static
+
+        self.module, self.original = static, static._step
+
+        def timed(model, state, inputs):
+            timer._before(None, None)
+            timer._inside = True
+            try:
+                return self.original(model, state, inputs)
+            finally:
+                timer._inside = False
+                timer._after(None, None, None)
+
+        static._step = timed
+
+    def remove(self) -> None:
+        self.module._step = self.original
 
 
 def _capturing() -> bool:

@@ -1,6 +1,7 @@
 """What lookahead adds to a generation call, checked once at the boundary, and what it refuses to do."""
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import asdict, dataclass, field, replace
 
@@ -95,12 +96,26 @@ class Settings:
 
     def resolved(self, padded) -> "Settings":
         """These settings with unset budgets set to what the step's width for their default holds (`padded(n)`: the
-        columns a step verifying n computes anyway); the same stats."""
-        tokens = padded(DRAFT_TOKENS) if self.num_draft_tokens is None else self.num_draft_tokens
+        columns a step verifying n computes anyway, at most its widest step's), and given ones cut to what the widest
+        step verifies (with a warning); the same stats."""
+        tokens = padded(DRAFT_TOKENS) if self.num_draft_tokens is None else _at_most(
+            "num_draft_tokens", self.num_draft_tokens, padded)
         nodes = self.max_draft_nodes
         if nodes is None:
             nodes = padded(DRAFT_NODES) if self.draft == "tree" else DRAFT_NODES
+        elif self.draft == "tree":
+            nodes = _at_most("max_draft_nodes", nodes, padded)
         return replace(self, num_draft_tokens=tokens, max_draft_nodes=nodes)
+
+
+def _at_most(name: str, value: int, padded) -> int:
+    """`value` of the budget `name`, cut to the draft columns the step's widest forward verifies (with a warning)."""
+    most = min(value, padded(value))
+    if most < value:
+        logging.getLogger("lookahead").warning(
+            "lookahead: %s=%d is more than a static step verifies per row; drafting at most %d (pass "
+            "cache_implementation='dynamic' for more)", name, value, most)
+    return most
 
 
 # The options every entry point (generate, custom_generate, plugin, pipeline) takes, with their defaults.

@@ -27,13 +27,15 @@ import numpy as np
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
+from .verify import _kernels as K
+
 logger = logging.getLogger(__name__)
-WIDTHS = (1, 2, 4, 8, 16, 32, 64)  # query widths a step is padded to (one CUDA graph each)
+WIDTHS = (1, 2, 4, 8, 16, 32, 64)  # query widths a step is padded to (one CUDA graph each); 64 at most: a query's
+# ancestry is the bits of one int64, so a step verifies at most 63 draft tokens or nodes per row
 COMPILED_WIDTHS = (1, 4, 16, 64)  # fewer for a compiled step: each width costs a compilation (~15 s on an H100)
 TESTED = ("llama", "gpt2", "qwen2", "mistral", "gpt_neox", "phi3", "gemma")  # model types tested on the static path
 MAX_STATES = 4  # caches (with their graphs) kept per model; the least recently used goes first
 _BIT = (np.uint64(1) << np.arange(64, dtype=np.uint64)).view(np.int64)  # query q sees itself
-_UPTO = (np.cumsum(_BIT.view(np.uint64), dtype=np.uint64)).view(np.int64)  # query q sees columns 0..q (a chain)
 RECOMPILE_LIMIT = 64  # compiled step specialisations per process: widths x cache lengths x (one row, more)
 _STATES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> [_State], most recently used last
 _LOCK = threading.Lock()
@@ -195,6 +197,7 @@ class StaticCausalLM:
                  graphs: bool, compile_config=None):
         b, p = input_ids.shape
         sizes = WIDTHS if compile_config is None else COMPILED_WIDTHS
+        max_width = min(max_width, WIDTHS[-1] - 1)
         self.widths = [w for w in sizes if w < max_width + 1] + [_bucket(max_width + 1, sizes)]
         slots = p + max_new + self.widths[-1]
         check_static(model, slots)
@@ -213,8 +216,9 @@ class StaticCausalLM:
         return prompt_sources(self.input_ids, self.mask)
 
     def padded(self, n: int) -> int:
-        """Draft columns a step verifying at most n per row computes: its width (the root's column aside)."""
-        return next(w for w in self.widths if w >= n + 1) - 1
+        """Draft columns a step verifying at most n per row computes: its width (the root's column aside); for n
+        beyond the widest step (63 draft columns), the widest step's."""
+        return next((w for w in self.widths if w >= n + 1), self.widths[-1]) - 1
 
     def prefill(self, stats) -> torch.Tensor:
         """Logits [b, 1, V] after each prompt; the prompts' keys and values fill slots 0..P-1."""
@@ -239,23 +243,11 @@ class StaticCausalLM:
         """One forward over [last token, draft nodes] of the running rows; logits [b, N+1, V]."""
         n = batch.width + 1
         width = next(w for w in self.widths if w >= n)
-        host, rows, cols = self._host(width), self.active, np.arange(width)
-        host[:, :width] = 0
-        host[rows, 0] = last
-        host[rows, 1:n] = batch.tokens
-        host[:, width:2 * width] = self.pos[:, None] + cols[None, :]
-        host[:, 2 * width] = self.write
-        host[:, 2 * width + 1:] = _BIT[:width]  # padding columns see themselves (and the committed slots)
-        if batch.chain:
-            host[rows, width + 1:width + n] = self.pos[rows, None] + cols[None, 1:n]
-            host[rows, 2 * width + 1:2 * width + 1 + n] = _UPTO[:n]
-        else:
-            seen, depth = batch.ancestry
-            host[rows, width:width + n] = self.pos[rows, None] + depth
-            host[rows, 2 * width + 1:2 * width + 1 + n] = _bits(seen)
+        K.static_inputs(self._host(width), self.active, np.asarray(last, dtype=np.int64), batch.tokens, batch.parents,
+                        self.pos, self.write, width, _BIT)
         logits = self._run(width)
-        stats.add_forward(len(rows))
-        if len(rows) < len(self.write):
+        stats.add_forward(len(self.active))
+        if len(self.active) < len(self.write):
             return logits[self._active, :n]  # a copy: the next replay overwrites the graph's output
         # every row runs: a slice, copied only when it is a graph's output (one copy kernel, no index kernel)
         return logits[:, :n].clone() if logits is self.state.outputs.get(width) else logits[:, :n]
@@ -366,12 +358,6 @@ def prompt_positions(mask: torch.Tensor) -> torch.Tensor:
 def last_logits_only(model) -> dict:
     """The forward keyword that computes logits at the last position only, where the model takes it."""
     return {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
-
-
-def _bits(seen: np.ndarray) -> np.ndarray:
-    """[b, n, n] bool (query q sees column c) -> [b, n] int64 with bit c set where q sees c (n <= 64)."""
-    return (seen.astype(np.uint64) << np.arange(seen.shape[2], dtype=np.uint64)).sum(-1, dtype=np.uint64).view(
-        np.int64)
 
 
 def _compacted(live: int, compiled: bool) -> int:

@@ -1,7 +1,9 @@
 """cache_implementation="static": the slot cache gives greedy's exact tokens, chains and trees, batches and padding."""
+import numpy as np
 import pytest
 import torch
 import transformers as T
+from hypothesis import given, settings, strategies as st
 
 from lookahead import generate
 from lookahead.static import COMPILED_WIDTHS, WIDTHS, SlotCache
@@ -342,3 +344,59 @@ def test_unset_draft_budgets_draft_what_the_static_width_holds(draft, option, gi
     assert forwards["static"] < forwards["static, given"] == forwards["dynamic"]
     assert calls["static"][1].new_tokens / (forwards["static"] - 1) > given + 1
     assert calls["static, given"][1].new_tokens / (forwards["static, given"] - 1) <= given + 1 < holds
+
+
+@pytest.mark.parametrize("draft, option", [("chain", "num_draft_tokens"), ("tree", "max_draft_nodes")])
+def test_budgets_beyond_the_widest_static_step_are_cut_with_a_warning(caplog, draft, option):
+    """A static step verifies at most 63 draft tokens or nodes per row (its ancestry bits fit one int64): a larger
+    budget drafts 63, says so naming the argument, and the tokens stay greedy's."""
+    model = tiny_model("llama")
+    ids = repeated_prompt(0, 200)[None]
+    expected = model.generate(ids, do_sample=False, max_new_tokens=100)
+    base = dict(lookup="suffix", draft="tree") if draft == "tree" else {}
+    with caplog.at_level("WARNING", logger="lookahead"):
+        out = generate(model, ids, max_new_tokens=100, cache_implementation="static", draft_cost=0.0, **base,
+                       **{option: 100})
+    assert torch.equal(out, expected)
+    assert f"{option}=100 is more than a static step verifies per row; drafting at most 63" in caplog.text
+
+
+def _inputs_by_numpy(rows, last, tokens, parents, pos, write, width):
+    """What `static_inputs` writes, built from the ancestry matrix column by column (the rule it replaced)."""
+    from lookahead.verify import tree as TR
+
+    b, n = len(pos), tokens.shape[1] + 1
+    host = np.zeros((b, 3 * width + 1), dtype=np.int64)
+    host[:, width:2 * width] = pos[:, None] + np.arange(width)[None]
+    host[:, 2 * width] = write
+    host[:, 2 * width + 1:] = 1 << np.arange(width)
+    seen, depth = TR.ancestry(parents)
+    host[rows, 0] = last
+    host[rows, 1:n] = tokens
+    host[rows, width:width + n] = pos[rows, None] + depth
+    host[rows, 2 * width + 1:2 * width + 1 + n] = (seen * (1 << np.arange(n))[None, None]).sum(-1)
+    return host
+
+
+@given(data=st.data())
+@settings(max_examples=60, deadline=None)
+def test_static_inputs_kernel_matches_the_ancestry_matrix(data):
+    """Tokens, positions (depth below the root) and ancestry bits of every query, for random trees (chains among
+    them) of random running rows, as the ancestry matrix gives them; rows that do not run see themselves only."""
+    from lookahead.static import _BIT
+    from lookahead.verify import _kernels as K
+
+    b = data.draw(st.integers(1, 5))
+    rows = np.array(sorted(data.draw(st.sets(st.integers(0, b - 1), min_size=1))), dtype=np.int64)
+    nodes = data.draw(st.integers(0, 40))
+    width = data.draw(st.sampled_from([w for w in (1, 2, 4, 8, 16, 32, 64) if w >= nodes + 1]))
+    parents = np.array([[data.draw(st.integers(-1, j - 1)) for j in range(nodes)] for _ in rows],
+                       dtype=np.int64).reshape(len(rows), nodes)
+    tokens = np.array(data.draw(st.lists(st.integers(0, 99), min_size=len(rows) * nodes, max_size=len(rows) * nodes)),
+                      dtype=np.int64).reshape(len(rows), nodes)
+    last = np.arange(len(rows), dtype=np.int64) + 500
+    pos = np.array(data.draw(st.lists(st.integers(0, 300), min_size=b, max_size=b)), dtype=np.int64)
+    write = pos + 7
+    host = np.full((b, 3 * width + 1), -5, dtype=np.int64)
+    K.static_inputs(host, rows, last, tokens, parents, pos, write, width, _BIT)
+    assert np.array_equal(host, _inputs_by_numpy(rows, last, tokens, parents, pos, write, width))

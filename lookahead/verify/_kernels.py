@@ -80,6 +80,32 @@ def first_path(parents, k, out):
     return m
 
 
+@njit(cache=True)
+def static_inputs(host, rows, last, tokens, parents, pos, write, width, bit):
+    """Fill a static step's input buffer host [b, 3 * width + 1] (`lookahead.static`): per batch row its tokens
+    [width] (the last token, then the draft nodes, zero padding), their positions [width], its next slot, and per
+    query the step columns it sees as the bits of one int64 (bit[c] = 1 << c: itself, its ancestors, the root).
+
+    rows [r]: the batch rows that run, with last [r], tokens and parents [r, N] (N + 1 <= width; parents before
+    children, -1: a child of the root). The other rows and the padding columns get token 0 at their plain position,
+    seeing themselves only. A node's position is its parent's plus one, so a chain's are consecutive.
+    """
+    for i in range(host.shape[0]):
+        for c in range(width):
+            host[i, c] = 0
+            host[i, width + c] = pos[i] + c
+            host[i, 2 * width + 1 + c] = bit[c]
+        host[i, 2 * width] = write[i]
+    for k in range(rows.shape[0]):
+        i = rows[k]
+        host[i, 0] = last[k]
+        for j in range(tokens.shape[1]):
+            col, up = j + 1, parents[k, j] + 1
+            host[i, col] = tokens[k, j]
+            host[i, width + col] = host[i, width + up] + 1
+            host[i, 2 * width + 1 + col] = bit[col] | host[i, 2 * width + 1 + up]
+
+
 def warm_up() -> None:
     """Compile (or load from cache) the kernels on a non-empty input."""
     parents = np.array([[-1, 0, -1]], dtype=np.int64)

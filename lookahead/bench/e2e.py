@@ -229,7 +229,6 @@ class _Run:
         timings = {m.name: Timing(self.dataset, self.batch, m.name) for m in methods
                    if self.batch == 1 or m.name != HF_LOOKUP}
         by_name = {m.name: m for m in methods}
-        chunks = [self.traces[i:i + self.batch] for i in range(0, len(self.traces), self.batch)]
         for start in (progress(range(0, len(self.traces), self.batch), desc=f"{self.dataset} batch {self.batch}")
                       if progress else range(0, len(self.traces), self.batch)):
             chunk = self.traces[start:start + self.batch]

@@ -46,12 +46,14 @@ class ChainSizing:
         `padded(n)`: the draft columns a forward verifying n of them computes anyway (the batch's widest draft, a
         static step's width); every row with a match drafts that many (at most `max_tokens`), since they are free."""
         matches = _matches(indexes)
-        budgets = np.minimum(self.length.choose(matches), rooms)
-        if padded is None or not budgets.any():
-            return [Draft.chain(ix.propose(int(n)), m) if n > 0 else Draft.empty(m)
+        budgets = np.minimum(self.length.choose(matches), rooms).tolist()  # Python ints: a batch is a few rows
+        matches = matches.tolist()
+        if padded is None or not any(budgets):
+            return [Draft.chain(ix.propose(n), m) if n > 0 else Draft.empty(m)
                     for ix, n, m in zip(indexes, budgets, matches)]
-        upto = np.where(matches > 0, np.minimum(min(padded(int(budgets.max())), self.length.max_tokens), rooms), 0)
-        tokens = [ix.propose(int(n)) if n > 0 else None for ix, n in zip(indexes, np.maximum(upto, budgets))]
+        upto = min(padded(max(budgets)), self.length.max_tokens)
+        asks = [max(min(upto, room) if m > 0 else 0, n) for m, room, n in zip(matches, rooms.tolist(), budgets)]
+        tokens = [ix.propose(n) if n > 0 else None for ix, n in zip(indexes, asks)]
         width = max(min(len(t), n) for t, n in zip(tokens, budgets) if t is not None)  # what the policy drafts
         fill = min(padded(width), self.length.max_tokens)  # ... and what its forward verifies anyway
         return [Draft.empty(m) if t is None else Draft.chain(t[: max(n, fill)], m)

@@ -106,8 +106,9 @@ class Verdict:
     def gained(self, batch: DraftBatch) -> list:
         """Each row's new tokens: its accepted drafts, then the bonus token."""
         if self.paths is None:
-            return [[*batch.tokens[i, :a].tolist(), int(t)] for i, (a, t) in enumerate(zip(self.counts, self.bonus))]
-        return [[*batch.tokens[i, p].tolist(), int(t)] for i, (p, t) in enumerate(zip(self.paths, self.bonus))]
+            counts, bonus = self.counts.tolist(), self.bonus.tolist()
+            return [row[:a] + [t] for row, a, t in zip(batch.tokens.tolist(), counts, bonus)]
+        return [[*batch.tokens[i, p].tolist(), t] for i, (p, t) in enumerate(zip(self.paths, self.bonus.tolist()))]
 
     @cached_property
     def in_place(self) -> bool:

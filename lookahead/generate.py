@@ -186,7 +186,7 @@ def decode(model, input_ids, logits_processor, stopping_criteria, generation_con
     pad = _ids(generation_config.pad_token_id) or eos[:1] or (0,)
     max_new = _max_new(stopping_criteria, input_ids.shape[1])
     target = make_target(model, input_ids, inputs_tensor, model_kwargs, max_new, generation_config, settings.widest())
-    settings = settings.resolved(target.padded)  # unset budgets fill the step's width: it computes them anyway
+    settings = settings.resolved(target.padded, target.most)  # unset budgets fill the step's width (computed anyway)
     run = _make_run(model, input_ids.shape[0], logits_processor, stopping_criteria, generation_config, settings, eos,
                     max_new)
     V.check_documents(model, settings.documents, settings.memory)

@@ -94,27 +94,27 @@ class Settings:
         nodes = DRAFT_NODES if self.max_draft_nodes is None else self.max_draft_nodes
         return max(tokens, nodes if self.draft == "tree" else 0)
 
-    def resolved(self, padded) -> "Settings":
+    def resolved(self, padded, most: int | None = None) -> "Settings":
         """These settings with unset budgets set to what the step's width for their default holds (`padded(n)`: the
-        columns a step verifying n computes anyway, at most its widest step's), and given ones cut to what the widest
-        step verifies (with a warning); the same stats."""
+        columns a step verifying n computes anyway), and given ones cut to `most`, the draft tokens or nodes a step
+        verifies per row at most (with a warning; None: no bound); the same stats."""
         tokens = padded(DRAFT_TOKENS) if self.num_draft_tokens is None else _at_most(
-            "num_draft_tokens", self.num_draft_tokens, padded)
+            "num_draft_tokens", self.num_draft_tokens, most)
         nodes = self.max_draft_nodes
         if nodes is None:
             nodes = padded(DRAFT_NODES) if self.draft == "tree" else DRAFT_NODES
         elif self.draft == "tree":
-            nodes = _at_most("max_draft_nodes", nodes, padded)
+            nodes = _at_most("max_draft_nodes", nodes, most)
         return replace(self, num_draft_tokens=tokens, max_draft_nodes=nodes)
 
 
-def _at_most(name: str, value: int, padded) -> int:
-    """`value` of the budget `name`, cut to the draft columns the step's widest forward verifies (with a warning)."""
-    most = min(value, padded(value))
-    if most < value:
-        logging.getLogger("lookahead").warning(
-            "lookahead: %s=%d is more than a static step verifies per row; drafting at most %d (pass "
-            "cache_implementation='dynamic' for more)", name, value, most)
+def _at_most(name: str, value: int, most: int | None) -> int:
+    """`value` of the budget `name`, cut to `most` (with a warning)."""
+    if most is None or value <= most:
+        return value
+    logging.getLogger("lookahead").warning(
+        "lookahead: %s=%d is more than a static step verifies per row; drafting at most %d (pass "
+        "cache_implementation='dynamic' for more)", name, value, most)
     return most
 
 

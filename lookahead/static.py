@@ -193,11 +193,13 @@ class StaticCausalLM:
             once per width before it is captured; None runs the eager step.
     """
 
+    most = WIDTHS[-1] - 1  # draft tokens or nodes a step verifies per row at most
+
     def __init__(self, model, input_ids: torch.Tensor, mask: torch.Tensor, max_new: int, max_width: int,
                  graphs: bool, compile_config=None):
         b, p = input_ids.shape
         sizes = WIDTHS if compile_config is None else COMPILED_WIDTHS
-        max_width = min(max_width, WIDTHS[-1] - 1)
+        max_width = min(max_width, self.most)
         self.widths = [w for w in sizes if w < max_width + 1] + [_bucket(max_width + 1, sizes)]
         slots = p + max_new + self.widths[-1]
         check_static(model, slots)
@@ -216,9 +218,9 @@ class StaticCausalLM:
         return prompt_sources(self.input_ids, self.mask)
 
     def padded(self, n: int) -> int:
-        """Draft columns a step verifying at most n per row computes: its width (the root's column aside); for n
-        beyond the widest step (63 draft columns), the widest step's."""
-        return next((w for w in self.widths if w >= n + 1), self.widths[-1]) - 1
+        """Draft columns a step verifying at most n (<= `most`) per row computes: its width (the root's column
+        aside)."""
+        return next(w for w in self.widths if w >= n + 1) - 1
 
     def prefill(self, stats) -> torch.Tensor:
         """Logits [b, 1, V] after each prompt; the prompts' keys and values fill slots 0..P-1."""

@@ -56,6 +56,8 @@ class CausalLM:
         mask: [b, P] 1 on real tokens.
     """
 
+    most = None  # most draft tokens or nodes a step verifies per row (None: as many as the budgets ask)
+
     def __init__(self, model, input_ids: torch.Tensor, mask: torch.Tensor):
         self.model, self.input_ids = model, input_ids
         self._slots = torch.zeros((len(mask), 2 * mask.shape[1] + 64), dtype=mask.dtype, device=mask.device)
@@ -158,6 +160,7 @@ class Seq2SeqLM:
         self._fed, self._start = None, 0
 
     padded = staticmethod(CausalLM.padded)  # rows pad to the widest draft (and surplus)
+    most = CausalLM.most
 
     def sources(self) -> list:
         """Per row: the encoder input's real tokens, then the decoder prompt."""

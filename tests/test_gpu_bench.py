@@ -216,3 +216,22 @@ def test_a_method_that_fails_is_logged_and_left_out(setup):
         hook.remove()
     assert list(samples) == ["lookahead-ngram"] and samples["lookahead-ngram"][0].mismatches == 0
     assert any(line.startswith("broken failed and is left out: ValueError") for line in lines)
+
+
+def test_gpu_steps_rules_each_draft_and_the_fill_never_costs_steps():
+    """`benchmarks/gpu_steps.py`: the unfilled ablation still drafts (fewer steps than tokens), filling never takes
+    more steps, and the unset budgets (15 tokens at width 16) take no more than the given ones."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import gpu_steps
+
+    traces = e2e.synthetic_traces(2, prompt_len=120, new_tokens=48, vocab=500, seed=3)
+    model = e2e.random_model("tiny", gpu_steps.EOS + 1, gpu_steps.EOS)
+    forced = ForcedOutputs(traces, gpu_steps.EOS, model.device)
+    handle = forced.attach(model)
+    try:
+        counts = [gpu_steps.steps(model, forced, traces, [0, 1], rule, gpu_steps.WIDTHS["uncompiled"], 48)
+                  for rule in gpu_steps.RULES]
+    finally:
+        handle.remove()
+    unfilled, filled, default = counts
+    assert default <= filled <= unfilled < 47

@@ -1,6 +1,7 @@
 """What lookahead adds to a generation call, checked once at the boundary, and what it refuses to do."""
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -109,13 +110,18 @@ class Settings:
 
 
 def _at_most(name: str, value: int, most: int | None) -> int:
-    """`value` of the budget `name`, cut to `most` (with a warning)."""
+    """`value` of the budget `name`, cut to `most` (with a warning, once per process for each such value)."""
     if most is None or value <= most:
         return value
+    _warn_cut(name, value, most)
+    return most
+
+
+@functools.cache
+def _warn_cut(name: str, value: int, most: int) -> None:
     logging.getLogger("lookahead").warning(
         "lookahead: %s=%d is more than a static step verifies per row; drafting at most %d (pass "
         "cache_implementation='dynamic' for more)", name, value, most)
-    return most
 
 
 # The options every entry point (generate, custom_generate, plugin, pipeline) takes, with their defaults.

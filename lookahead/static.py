@@ -280,18 +280,18 @@ class StaticCausalLM:
         """Keep running only the loop's rows `rows`. The others stay in the batch, ignored, until the running rows
         fit a batch of a power of four at most half as large: then they move there (`_compact`)."""
         self.active = self.active[rows]
-        if len(self.active) and _compacted(len(self.active), self.compile_config is not None) <= len(self.write) // 2:
-            self._compact()
+        size = _compacted(len(self.active), self.compile_config is not None)
+        if len(self.active) and size <= len(self.write) // 2:
+            self._compact(size)
         else:
             self._active = torch.from_numpy(self.active).to(self.model.device)
 
-    def _compact(self) -> None:
+    def _compact(self, size: int) -> None:
         """Move the running rows' slots (every layer's keys and values, the prompt mask, which call row each holds)
-        into the state of a batch of the next power of four at or above their number: later steps compute only them
-        (powers of four: few batch sizes, each a set of graphs or compilations). Spare rows repeat the last running
-        row (their outputs are ignored)."""
+        into the state of a batch of `size` rows (`_compacted`: the next power of four at or above their number, few
+        batch sizes, each a set of graphs): later steps compute only them. Spare rows repeat the last running row
+        (their outputs are ignored)."""
         live = len(self.active)
-        size = _compacted(live, self.compile_config is not None)
         src = np.concatenate([self.active, np.full(size - live, self.active[-1])])
         old, new = self.state, _state(self.model, size, self.slots, self.compile_config)
         index = torch.from_numpy(src).to(self.model.device)

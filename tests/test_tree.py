@@ -74,8 +74,14 @@ def test_paths_off_the_first_one_are_packed_and_the_first_one_moves_nothing(stor
     from lookahead.verify.batch import Verdict
 
     kinds, in_place = [], Verdict.in_place.func
-    monkeypatch.setattr(Verdict, "in_place", property(
-        lambda v: kinds.append(in_place(v)) or kinds[-1] if any(map(len, v.paths or [])) else in_place(v)))
+
+    def recorded(verdict) -> bool:  # what each step that accepted a tree node decided
+        answer = in_place(verdict)
+        if any(map(len, verdict.paths or [])):
+            kinds.append(answer)
+        return answer
+
+    monkeypatch.setattr(Verdict, "in_place", property(recorded))
     story = stories_model.generate(torch.tensor([[1]]), do_sample=False, max_new_tokens=80)
     prompt = torch.cat([story, story[:, 1:30]], dim=1)
     expected = stories_model.generate(prompt, do_sample=False, max_new_tokens=100)

@@ -97,7 +97,8 @@ def generate(
         max_ngram, min_ngram: longest and shortest suffix the index matches.
         num_draft_tokens: most draft tokens verified per row and step, at most 1024 (0 disables drafting).
             Default: 10; on a static step (`cache_implementation`, below) as many as the padded width that holds 10
-            does (15), since the step computes that width anyway.
+            does (15), since the step computes that width anyway. A static step verifies at most 63: more is cut to
+            63, with a warning.
         draft_cost: what verification costs, as a fraction of a one-token forward: the cost of one more verified
             token, or a pair (overhead of any multi-token forward, cost per token); drafts and trees are only as
             large as the acceptance seen so far pays for (`lookahead.policy`), then every row drafts up to the
@@ -108,7 +109,7 @@ def generate(
         draft: "chain" (one continuation) or "tree" (several continuations verified together in one forward with a
             tree attention mask; needs lookup="suffix" and a decoder-only model; greedy or sampling).
         max_draft_nodes: most tree nodes verified per row and step (draft="tree"), at most 1024. Default: 32; on a
-            static step as many as the padded width that holds 32 does (63).
+            static step as many as the padded width that holds 32 does (63), and at most 63.
         memory: a `lookahead.Memory` that outlives calls: its earlier prompts and outputs are drafted from, and
             this call's prompts and outputs are added to it.
         max_new_tokens: most tokens generated per row. Default: 128, unless `generation_config` or `max_length`

@@ -189,7 +189,7 @@ def decode(model, input_ids, logits_processor, stopping_criteria, generation_con
     target = make_target(model, input_ids, inputs_tensor, model_kwargs, max_new, generation_config, settings.widest())
     settings = settings.resolved(target.padded, target.most)  # unset budgets fill the step's width (computed anyway)
     run = _make_run(model, input_ids.shape[0], logits_processor, stopping_criteria, generation_config, settings, eos,
-                    max_new)
+                    max_new, target.argmax)
     V.check_documents(model, settings.documents, settings.memory)
     sources = target.sources()
     rows = _Rows(list(range(len(sources))), input_ids, np.zeros(len(sources), np.int64),
@@ -284,13 +284,14 @@ def _drop(target, rows: _Rows, done: list) -> _Rows:
     return _Rows([rows.ids[i] for i in keep], rows.prompts[keep], rows.last[keep], [rows.indexes[i] for i in keep])
 
 
-def _make_run(model, batch: int, processors, criteria, config, settings: Settings, eos: tuple, max_new: int) -> _Run:
+def _make_run(model, batch: int, processors, criteria, config, settings: Settings, eos: tuple, max_new: int,
+              argmax_of=None) -> _Run:
     recorder = None
     if config.return_dict_in_generate:
         recorder = Recorder(batch, bool(config.output_scores), bool(config.output_logits))
     sizing = make_sizing(settings.draft, settings.num_draft_tokens, settings.max_draft_nodes, draft_cost(model, settings))
     return _Run(Scorer(processors, batch), Stopper(criteria, eos, max_new),
-                acceptance_rule(config.do_sample, settings.generator, model.device), sizing,
+                acceptance_rule(config.do_sample, settings.generator, model.device, argmax_of), sizing,
                 Streamer(settings.streamer, batch), recorder, settings.stats)
 
 

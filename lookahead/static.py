@@ -6,7 +6,8 @@ rollback copies nothing (for trees, the accepted path is packed behind the commi
 attention mask is built on the device from three step inputs: each row's next slot, its positions and the tree's
 ancestry, so every step has the same shapes. Query widths are padded up to a few sizes (1, 2, 4, ..., 64): on CUDA
 each (batch, width) is captured once as a CUDA graph and replayed, so a step costs one host-to-device copy, one graph
-launch and one device-to-host copy of the argmax (reference: gpt-fast's static cache; vLLM's captured sizes).
+launch and one device-to-host copy of the argmax, which the graph takes (reference: gpt-fast's static cache and its
+in-graph sampling; vLLM's captured sizes).
 Rows that finish stay in the batch (their outputs are ignored) so that shapes do not change, until the rows still
 running fit a batch of a power of four at most half as large: then their slots move there (one gather), and later
 steps compute only them (a batch of 16 code edits ends with its 2-4 slowest rows for half its steps). A compiled step
@@ -28,6 +29,7 @@ import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
 from .verify import _kernels as K
+from .verify.rules import argmax
 
 logger = logging.getLogger(__name__)
 WIDTHS = (1, 2, 4, 8, 16, 32, 64)  # query widths a step is padded to (one CUDA graph each); 64 at most: a query's
@@ -122,7 +124,8 @@ class _State:
         self.cache = SlotCache(model.config, batch, slots, model.dtype, device)
         self.prompt_valid = torch.zeros((batch, slots), dtype=torch.bool, device=device)
         self.start = torch.zeros((), dtype=torch.long, device=device)  # first slot after the prompts
-        self.inputs, self.outputs, self.graphs = {}, {}, {}
+        self.inputs, self.outputs, self.graphs = {}, {}, {}  # outputs: width -> (logits, argmax) of its graph
+        self.argmax = argmax_in_step(device)  # the step also takes the argmax of its logits, on the device
         self.pool, self.eager = None, False  # eager: capturing failed once, so this state runs without graphs
         # step(model, state, inputs): the model is an argument, so that torch.compile traces into it (a weak proxy
         # breaks its graph) and the state holds no reference that would keep the model alive
@@ -138,10 +141,10 @@ class _State:
             for tensor, dim in self.cache.batch_tensors() + [(self.prompt_valid, 0)]:
                 _batch_dynamic(tensor, dim)
 
-    def run(self, model, width: int) -> torch.Tensor:
-        """The step over the input buffer of `width`; compiled, each width, cache length and batch of one row or
-        more is one more specialisation, more than dynamo's default limit of 8 per function allows, so the limit is
-        raised while it runs."""
+    def run(self, model, width: int) -> tuple:
+        """(logits [b, width, V], their argmax [b, width] or None) of the step over the input buffer of `width`;
+        compiled, each width, cache length and batch of one row or more is one more specialisation, more than
+        dynamo's default limit of 8 per function allows, so the limit is raised while it runs."""
         if self.compiled:
             limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
             try:
@@ -162,8 +165,17 @@ def _batch_dynamic(tensor: torch.Tensor, dim: int) -> None:
     torch._dynamo.maybe_mark_dynamic(tensor, dim)
 
 
-def _step(model, state: _State, inputs: torch.Tensor) -> torch.Tensor:
-    """The forward of a step from its input buffer [b, 3Q + 1] (tokens, positions, next slots, ancestry bits)."""
+def argmax_in_step(device) -> bool:
+    """Whether a static step on `device` takes its logits' argmax itself: on CUDA, inside the step's graph (one
+    fused reduction; greedy acceptance then copies [b, Q] ids to the host, and no logits are copied or reduced
+    outside the graph, as gpt-fast and vLLM sample inside their graphs). Not on a CPU, where numpy's argmax of
+    the logits is many times faster than torch's."""
+    return torch.device(device).type == "cuda"
+
+
+def _step(model, state: _State, inputs: torch.Tensor) -> tuple:
+    """The forward of a step from its input buffer [b, 3Q + 1] (tokens, positions, next slots, ancestry bits):
+    (logits [b, Q, V], their argmax [b, Q] when `state.argmax`, else None)."""
     width = inputs.shape[1] // 3
     tokens, positions, write = inputs[:, :width], inputs[:, width:2 * width], inputs[:, 2 * width]
     shifts = torch.arange(width, device=inputs.device)
@@ -175,9 +187,10 @@ def _step(model, state: _State, inputs: torch.Tensor) -> torch.Tensor:
     sees = anc.gather(2, offset.clamp(0, width - 1).expand(-1, width, -1))  # [b, Q, S]
     allowed = committed[:, None, :] & ~in_step | in_step & sees
     state.cache.writes = write[:, None] + torch.arange(width, device=inputs.device)[None, :]
-    return model(input_ids=tokens, attention_mask=_additive(allowed, model.dtype), position_ids=positions,
-                 past_key_values=state.cache, use_cache=True,
-                 cache_position=torch.arange(width, device=inputs.device)).logits
+    logits = model(input_ids=tokens, attention_mask=_additive(allowed, model.dtype), position_ids=positions,
+                   past_key_values=state.cache, use_cache=True,
+                   cache_position=torch.arange(width, device=inputs.device)).logits
+    return logits, logits.argmax(-1) if state.argmax else None
 
 
 class StaticCausalLM:
@@ -191,12 +204,14 @@ class StaticCausalLM:
         graphs: capture and replay CUDA graphs (CUDA only).
         compile_config: a transformers `CompileConfig` (or a dict of `torch.compile` options): the step is compiled
             once per width before it is captured; None runs the eager step.
+        keep_logits: the loop reads a step's logits after the next step runs (it records them for the output);
+            else they may be a graph's output, overwritten by its next replay.
     """
 
     most = WIDTHS[-1] - 1  # draft tokens or nodes a step verifies per row at most
 
     def __init__(self, model, input_ids: torch.Tensor, mask: torch.Tensor, max_new: int, max_width: int,
-                 graphs: bool, compile_config=None):
+                 graphs: bool, compile_config=None, keep_logits: bool = True):
         b, p = input_ids.shape
         sizes = WIDTHS if compile_config is None else COMPILED_WIDTHS
         max_width = min(max_width, self.most)
@@ -213,6 +228,8 @@ class StaticCausalLM:
         self.active = np.arange(b)  # rows of the call still running, in the loop's order
         self._active = torch.arange(b, device=model.device)  # the same on the device
         self.host = {}  # width -> pinned host copy of the step inputs
+        self.keep_logits = keep_logits  # a step's logits are read after the next step (recorded for the output)
+        self._ids = (None, None)  # (logits, their argmax on the device or None) of the latest step
 
     def sources(self) -> list:
         return prompt_sources(self.input_ids, self.mask)
@@ -242,17 +259,31 @@ class StaticCausalLM:
         return logits[:, -1:]
 
     def verify(self, last: np.ndarray, batch, stats) -> torch.Tensor:
-        """One forward over [last token, draft nodes] of the running rows; logits [b, N+1, V]."""
+        """One forward over [last token, draft nodes] of the running rows; logits [b, N+1, V]. A graph's output is
+        overwritten by its next replay: the logits are a copy only where they outlive the step (`keep_logits`), or
+        where finished rows are left out of them."""
         n = batch.width + 1
         width = next(w for w in self.widths if w >= n)
         K.static_inputs(self._host(width), self.active, np.asarray(last, dtype=np.int64), batch.tokens, batch.parents,
                         self.pos, self.write, width, _BIT)
-        logits = self._run(width)
+        out = self._run(width)
+        (logits, ids), replayed = out, out is self.state.outputs.get(width)
         stats.add_forward(len(self.active))
         if len(self.active) < len(self.write):
-            return logits[self._active, :n]  # a copy: the next replay overwrites the graph's output
-        # every row runs: a slice, copied only when it is a graph's output (one copy kernel, no index kernel)
-        return logits[:, :n].clone() if logits is self.state.outputs.get(width) else logits[:, :n]
+            logits, ids = logits[self._active, :n], None if ids is None else ids[self._active, :n]
+        else:  # every row runs: slices (one copy kernel where the logits are kept, no index kernel)
+            logits, ids = logits[:, :n], None if ids is None else ids[:, :n]
+            logits = logits.clone() if self.keep_logits and replayed else logits
+        self._ids = (logits, ids)
+        return logits
+
+    def argmax(self, scores: torch.Tensor) -> np.ndarray:
+        """The argmax over the last dimension of `scores` as a host array: for the logits `verify` just returned,
+        the one the step took on the device (`argmax_in_step`: [b, N+1] ids copied, the one host-device sync)."""
+        logits, ids = self._ids
+        if ids is not None and scores is logits:
+            return ids.cpu().numpy()
+        return argmax(scores)
 
     def commit(self, batch, verdict) -> None:
         """Advance each running row past its last token and accepted drafts (trees: packed behind it first, unless
@@ -315,8 +346,9 @@ class StaticCausalLM:
             self.host[width] = buf.pin_memory() if self.cuda else buf
         return self.host[width].numpy()
 
-    def _run(self, width: int) -> torch.Tensor:
-        """Copy the step inputs to the device and run the step of `width` (a CUDA graph once captured)."""
+    def _run(self, width: int) -> tuple:
+        """Copy the step inputs to the device and run the step of `width` (a CUDA graph once captured): its
+        (logits, argmax) (`_State.run`), the graph's own outputs when replayed."""
         state = self.state
         if width not in state.inputs:
             state.inputs[width] = torch.zeros_like(self.host[width], device=self.model.device)

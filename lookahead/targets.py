@@ -23,6 +23,7 @@ from .verify import new_cache, rollback, select_rows
 from .verify import tree as T
 from .verify.batch import to_device
 from .verify.cache import keep_slots
+from .verify.rules import argmax
 
 
 def make_target(model, input_ids: torch.Tensor, inputs_tensor, model_kwargs: dict, max_new: int, config,
@@ -43,7 +44,8 @@ def make_target(model, input_ids: torch.Tensor, inputs_tensor, model_kwargs: dic
     V.check_length(model, mask, max_new)
     mode = static_mode(model, config)
     if mode is not None:
-        return StaticCausalLM(model, input_ids, mask, max_new, max_width, *mode)
+        return StaticCausalLM(model, input_ids, mask, max_new, max_width, *mode,
+                              keep_logits=bool(getattr(config, "return_dict_in_generate", False)))
     return CausalLM(model, input_ids, mask)
 
 
@@ -57,6 +59,7 @@ class CausalLM:
     """
 
     most = None  # most draft tokens or nodes a step verifies per row (None: as many as the budgets ask)
+    argmax = staticmethod(argmax)  # scores -> their argmax on the host (greedy acceptance)
 
     def __init__(self, model, input_ids: torch.Tensor, mask: torch.Tensor):
         self.model, self.input_ids = model, input_ids
@@ -160,7 +163,7 @@ class Seq2SeqLM:
         self._fed, self._start = None, 0
 
     padded = staticmethod(CausalLM.padded)  # rows pad to the widest draft (and surplus)
-    most = CausalLM.most
+    most, argmax = CausalLM.most, CausalLM.argmax
 
     def sources(self) -> list:
         """Per row: the encoder input's real tokens, then the decoder prompt."""

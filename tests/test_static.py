@@ -194,6 +194,39 @@ def test_a_compiled_step_gives_the_same_tokens(draft):
     assert stats.accepted_tokens > 0 and stats.forward_passes < 30
 
 
+@pytest.mark.parametrize("draft", ["chain", "tree"])
+def test_a_step_that_takes_its_own_argmax_is_accepted_by_it(monkeypatch, draft):
+    """Where the step takes the argmax of its logits itself (on CUDA, inside its graph; forced here on a CPU), greedy
+    acceptance reads those ids and reduces no logits after the prefill: the tokens stay greedy's while rows finish and
+    are left out, with the logits kept for the output, and with a processor (whose own scores are reduced)."""
+    import lookahead.static as S
+    from lookahead.verify.rules import argmax
+
+    reduced = []
+    monkeypatch.setattr(S, "argmax_in_step", lambda device: True)
+    monkeypatch.setattr(S, "argmax", lambda scores: reduced.append(scores.shape) or argmax(scores))
+    model, batch, mask, eos = _staggered()
+    kwargs = dict(attention_mask=mask, max_new_tokens=40, eos_token_id=eos)
+    static = dict(lookup="suffix", draft=draft, cache_implementation="static", draft_cost=0.0, return_stats=True)
+    out, stats = generate(model, batch, **kwargs, **static)
+    assert torch.equal(out, model.generate(batch, do_sample=False, **kwargs))
+    assert len(reduced) == 1 and stats.forward_passes > 5  # the prefill's logits only
+    assert {s.argmax for s in S._STATES[model]} == {True}
+
+    rich = dict(return_dict_in_generate=True, output_scores=True, output_logits=True)
+    out, _ = generate(model, batch, **kwargs, **static, **rich)
+    expected = model.generate(batch, do_sample=False, **kwargs, **rich)
+    assert torch.equal(out.sequences, expected.sequences)
+    ours, theirs = torch.stack(out.logits), torch.stack(expected.logits)  # [steps, b, V]
+    running = torch.isfinite(ours).all(-1)  # after a row finished, ours puts all mass on the pad id
+    assert running.sum() > 60 and torch.allclose(ours[running], theirs[running], atol=1e-4)
+
+    reduced.clear()
+    out, stats = generate(model, batch, repetition_penalty=1.5, **kwargs, **static)
+    assert torch.equal(out, model.generate(batch, do_sample=False, repetition_penalty=1.5, **kwargs))
+    assert len(reduced) == stats.forward_passes  # every step's processed scores, and the prefill's
+
+
 def _staggered():
     """A tiny model, a left-padded batch of 5 and an eos id that ends rows 0-3 within 25 tokens and never row 4."""
     model = tiny_model("llama", seed=3)

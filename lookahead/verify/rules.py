@@ -14,7 +14,7 @@ from .greedy import greedy_accept_with_bonus
 from .sampling import sample_accept
 
 
-def acceptance_rule(do_sample: bool, generator=None, device=None):
+def acceptance_rule(do_sample: bool, generator=None, device=None, argmax_of=None):
     """The rule of a call: greedy, or sampling with one generator for every draw (so that draws are independent).
 
     Args:
@@ -22,17 +22,20 @@ def acceptance_rule(do_sample: bool, generator=None, device=None):
         generator: a `torch.Generator`, an int seed (a generator on `device` is made from it) or None (torch's global
             generator).
         device: where the scores live.
+        argmax_of: greedy's `scores -> host argmax` (default `argmax`; a target's own, which may have taken it on
+            the device inside its step: `StaticCausalLM.argmax`).
     """
     if not do_sample:
-        return greedy
+        return greedy if argmax_of is None else lambda batch, scores: greedy(batch, scores, argmax_of)
     if isinstance(generator, int):
         generator = torch.Generator(device=device).manual_seed(generator)
     return lambda batch, scores: sample(batch, scores, generator)
 
 
-def greedy(batch: DraftBatch, scores: torch.Tensor) -> Verdict:
-    """The longest draft path that equals the target's argmax, then the argmax after it."""
-    targets = argmax(scores)  # [b, N+1]; the one host-device sync
+def greedy(batch: DraftBatch, scores: torch.Tensor, argmax_of=None) -> Verdict:
+    """The longest draft path that equals the target's argmax (`argmax_of(scores)`, default `argmax`), then the
+    argmax after it."""
+    targets = (argmax_of or argmax)(scores)  # [b, N+1]; the one host-device sync
     if batch.chain:
         return Verdict(*greedy_accept_with_bonus(batch.tokens, batch.sizes, targets))
     return Verdict.of_paths(*T.greedy_tree_accept(batch.tokens, batch.parents, batch.sizes, targets))

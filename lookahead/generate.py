@@ -56,6 +56,7 @@ class _Run:
     streamer: Streamer
     recorder: Recorder | None
     stats: GenerationStats
+    forwards: int = 0  # forwards so far (the prefill's included): each running row took part in all of them
 
 
 def generate(
@@ -203,7 +204,6 @@ def decode(model, input_ids, logits_processor, stopping_criteria, generation_con
     finally:  # a failed call still ends the streamer, so that a thread reading it does not wait forever
         run.streamer.end()
     settings.stats.new_tokens_by_row = [len(o) for o in outs]
-    settings.stats.forwards_by_row = settings.stats.forwards_by_row.tolist()
     settings.stats.new_tokens = sum(settings.stats.new_tokens_by_row)
     if settings.memory is not None:
         for source, out in zip(sources, outs):
@@ -218,7 +218,7 @@ def decode(model, input_ids, logits_processor, stopping_criteria, generation_con
 def _decode(target, rows: _Rows, run: _Run, max_new: int) -> list:
     """Run the loop; return the new tokens of each row."""
     outs = [[] for _ in rows.ids]
-    run.stats.forwards_by_row = np.zeros(len(outs), dtype=np.int64)
+    run.stats.forwards_by_row = [0] * len(outs)  # each row's, written when it finishes (`_drop`)
     clock = run.stats.clock()
     logits = target.prefill(run.stats)  # [b, 1, V]
     empty = DraftBatch.pack([Draft.empty()] * len(outs), chain=True)
@@ -249,12 +249,12 @@ def _advance(target, rows: _Rows, outs, run: _Run, batch: DraftBatch, verdict, s
     scores/logits [b, N+1, V] are the step's; the rows' gained tokens read them along the accepted paths."""
     run.stats.draft_tokens += int(batch.sizes.sum())
     run.stats.accepted_tokens += int(verdict.counts.sum())
-    run.stats.forwards_by_row[rows.ids] += 1
+    run.forwards += 1
     cols = verdict.columns()
     if cols is not None and (run.recorder is not None or run.stopper.criteria):  # trees: the accepted path's columns
         at, cols = torch.arange(len(cols), device=scores.device)[:, None], to_device(cols, scores.device)
         scores, logits = scores[at, cols], logits[at, cols]
-    return _drop(target, rows, _append(rows, outs, verdict.gained(batch), run, scores, logits))
+    return _drop(target, rows, _append(rows, outs, verdict.gained(batch), run, scores, logits), run)
 
 
 def _append(rows: _Rows, outs, gained, run: _Run, scores, logits) -> list:
@@ -274,10 +274,14 @@ def _append(rows: _Rows, outs, gained, run: _Run, scores, logits) -> list:
     return done
 
 
-def _drop(target, rows: _Rows, done: list) -> _Rows:
-    """Remove finished rows from the batch (and from the target's cache) so they cost nothing more."""
+def _drop(target, rows: _Rows, done: list, run: _Run) -> _Rows:
+    """Remove finished rows from the batch (and from the target's cache) so they cost nothing more; a finished row
+    took part in every forward so far."""
     if not any(done):
         return rows
+    for rid, d in zip(rows.ids, done):
+        if d:
+            run.stats.forwards_by_row[rid] = run.forwards
     keep = [i for i, d in enumerate(done) if not d]
     if keep:
         target.keep(keep)

@@ -163,7 +163,7 @@ class Seq2SeqLM:
         self._fed, self._start = None, 0
 
     padded = staticmethod(CausalLM.padded)  # rows pad to the widest draft (and surplus)
-    most, argmax = CausalLM.most, CausalLM.argmax
+    most, argmax = CausalLM.most, staticmethod(argmax)
 
     def sources(self) -> list:
         """Per row: the encoder input's real tokens, then the decoder prompt."""

@@ -88,6 +88,23 @@ def test_eos_list_and_padding_of_finished_rows():
                                 pad_token_id=0), expected)
 
 
+def test_each_row_counts_the_forwards_it_took_part_in():
+    """`forwards_by_row`: a row took part in every forward until it finished; plain decoding takes one per token."""
+    model = tiny_model("gpt_neox")
+    ids, mask = left_padded([40, 22, 31])
+    full = generate(model, ids, attention_mask=mask, max_new_tokens=60, eos_token_id=[])
+    first = [{t: row.index(t) for t in reversed(row)} for row in full[:, 40:].tolist()]
+    eos = next(t for t in range(96) if min(f.get(t, 60) for f in first) >= 15 and any(t in f for f in first))
+    for lookup in ("none", "ngram"):
+        _, stats = generate(model, ids, attention_mask=mask, max_new_tokens=60, eos_token_id=eos, lookup=lookup,
+                            return_stats=True)
+        assert min(stats.new_tokens_by_row) < 60 and max(stats.forwards_by_row) == stats.forward_passes
+        if lookup == "none":
+            assert stats.forwards_by_row == stats.new_tokens_by_row
+        else:
+            assert all(f < n for f, n in zip(stats.forwards_by_row, stats.new_tokens_by_row))
+
+
 def test_max_new_tokens_reached_inside_a_draft():
     """Every length limit cuts the output at exactly max_new_tokens."""
     model = tiny_model("gpt_neox")

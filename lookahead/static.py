@@ -229,7 +229,8 @@ class StaticCausalLM:
         self._active = torch.arange(b, device=model.device)  # the same on the device
         self.host = {}  # width -> pinned host copy of the step inputs
         self.keep_logits = keep_logits  # a step's logits are read after the next step (recorded for the output)
-        self._ids = (None, None)  # (logits, their argmax on the device or None) of the latest step
+        self._ids = (None, None, None, 0)  # the latest step's (logits, argmax on the device [b, width] or None,
+        # running rows (None: all), columns)
 
     def sources(self) -> list:
         return prompt_sources(self.input_ids, self.mask)
@@ -269,21 +270,22 @@ class StaticCausalLM:
         out = self._run(width)
         (logits, ids), replayed = out, out is self.state.outputs.get(width)
         stats.add_forward(len(self.active))
-        if len(self.active) < len(self.write):
-            logits, ids = logits[self._active, :n], None if ids is None else ids[self._active, :n]
-        else:  # every row runs: slices (one copy kernel where the logits are kept, no index kernel)
-            logits, ids = logits[:, :n], None if ids is None else ids[:, :n]
-            logits = logits.clone() if self.keep_logits and replayed else logits
-        self._ids = (logits, ids)
+        every = len(self.active) == len(self.write)
+        if not every:
+            logits = logits[self._active, :n]  # a copy
+        else:  # every row runs: a slice (one copy kernel where the logits are kept, no index kernel)
+            logits = logits[:, :n].clone() if self.keep_logits and replayed else logits[:, :n]
+        self._ids = (logits, ids, None if every else self.active, n)
         return logits
 
     def argmax(self, scores: torch.Tensor) -> np.ndarray:
         """The argmax over the last dimension of `scores` as a host array: for the logits `verify` just returned,
-        the one the step took on the device (`argmax_in_step`: [b, N+1] ids copied, the one host-device sync)."""
-        logits, ids = self._ids
-        if ids is not None and scores is logits:
-            return ids.cpu().numpy()
-        return argmax(scores)
+        the one the step took on the device (`argmax_in_step`: its [b, width] ids copied, the one host-device sync)."""
+        logits, ids, rows, n = self._ids
+        if ids is None or scores is not logits:
+            return argmax(scores)
+        ids = ids.cpu().numpy()  # the whole [b, width]: its running rows and columns are taken on the host
+        return np.ascontiguousarray(ids[:, :n] if rows is None else ids[rows, :n])
 
     def commit(self, batch, verdict) -> None:
         """Advance each running row past its last token and accepted drafts (trees: packed behind it first, unless

@@ -180,17 +180,21 @@ def test_static_refuses_what_it_cannot_hold():
         generate(mistral, torch.tensor([[5, 6, 7]]), max_new_tokens=100, cache_implementation="static")
 
 
-@pytest.mark.parametrize("draft", ["chain", "tree"])
-def test_a_compiled_step_gives_the_same_tokens(draft):
+@pytest.mark.parametrize("draft,in_step", [("chain", False), ("tree", False), ("chain", True)])
+def test_a_compiled_step_gives_the_same_tokens(monkeypatch, draft, in_step):
     """compile_config compiles the step (once per width) before it runs; the tokens stay greedy's, chains and trees
-    (whose ancestry bits and positions are inputs of the compiled step)."""
+    (whose ancestry bits and positions are inputs of the compiled step), and with the argmax compiled into the step
+    (as on CUDA)."""
+    import lookahead.static as S
+
+    monkeypatch.setattr(S, "argmax_in_step", lambda device: in_step)
     model = tiny_model("llama")
     ids = repeated_prompt(0, 40)[None]
     expected = model.generate(ids, do_sample=False, max_new_tokens=30)
     budget = dict(num_draft_tokens=3) if draft == "chain" else dict(lookup="suffix", draft="tree", max_draft_nodes=12)
     out, stats = generate(model, ids, max_new_tokens=30, cache_implementation="static",
                           compile_config=T.CompileConfig(), return_stats=True, **budget)
-    assert torch.equal(out, expected)
+    assert torch.equal(out, expected) and {s.argmax for s in S._STATES[model]} == {in_step}
     assert stats.accepted_tokens > 0 and stats.forward_passes < 30
 
 

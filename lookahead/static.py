@@ -291,7 +291,7 @@ class StaticCausalLM:
         """Advance each running row past its last token and accepted drafts (trees: packed behind it first, unless
         every row accepted its first nodes in order: `Verdict.in_place`)."""
         rows = self.active
-        if verdict.paths is not None and not verdict.in_place:  # (chains: no cached property's lock to take)
+        if not verdict.in_place:
             cols = verdict.columns()  # [b, W] root then accepted nodes
             src = np.repeat(self.write[:, None], cols.shape[1], 1)
             dst = src.copy()

@@ -73,7 +73,7 @@ def test_paths_off_the_first_one_are_packed_and_the_first_one_moves_nothing(stor
     accepts another branch packs it behind the root. This story takes both kinds of step, and stays greedy's."""
     from lookahead.verify.batch import Verdict
 
-    kinds, in_place = [], Verdict.in_place.func
+    kinds, in_place = [], Verdict.in_place.fget
 
     def recorded(verdict) -> bool:  # what each step that accepted a tree node decided
         answer = in_place(verdict)

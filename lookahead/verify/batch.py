@@ -110,12 +110,17 @@ class Verdict:
             return [row[:a] + [t] for row, a, t in zip(batch.tokens.tolist(), counts, bonus)]
         return [[*batch.tokens[i, p].tolist(), t] for i, (p, t) in enumerate(zip(self.paths, self.bonus.tolist()))]
 
-    @cached_property
+    @property
     def in_place(self) -> bool:
         """Whether every row accepted its draft's first nodes in order (0, 1, ..., k-1), as chains always do: their
         keys and values already sit right behind the root, so keeping them moves nothing (trees are numbered best
-        first: while their likeliest path stays likelier than every branch, it is their first nodes)."""
-        return self.paths is None or all(p == list(range(len(p))) for p in self.paths)
+        first: while their likeliest path stays likelier than every branch, it is their first nodes). Chains answer
+        without the cached property (and its lock, on Python 3.11)."""
+        return self.paths is None or self._first_nodes
+
+    @cached_property
+    def _first_nodes(self) -> bool:
+        return all(p == list(range(len(p))) for p in self.paths)
 
     def columns(self) -> np.ndarray | None:
         """[b, W] forward columns along each row's accepted path (root first); None for chains (columns 0..W-1)."""

@@ -159,6 +159,8 @@ class Stopper:
         """(tokens of `new` to keep, whether the row is done) for a row with `out` generated after `prompt`
         (`prompt` and `scores` are read only by the stopping criteria: None without any)."""
         new = new[: self.max_new - len(out)]
+        if not self.criteria and self.eos.isdisjoint(new):  # most steps: no stop inside them
+            return new, len(out) + len(new) >= self.max_new
         for j, t in enumerate(new):
             if t in self.eos or self._criteria_met(prompt, out, new[: j + 1], scores, j):
                 return new[: j + 1], True

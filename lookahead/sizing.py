@@ -98,12 +98,9 @@ class TreeSizing:
     def update(self, batch, verdict) -> None:
         """Calibrate the node probabilities against the accepted paths; teach the chain floor how far it went."""
         matches = np.fromiter((d.match_length for d in batch.drafts), dtype=np.int64, count=len(batch.drafts))
-        probs = np.zeros(batch.tokens.shape)
-        for i, d in enumerate(batch.drafts):
-            probs[i, : len(d)] = d.probs
         floors, followed = np.zeros(len(matches), dtype=np.int64), np.zeros(len(matches), dtype=np.int64)
         cal = self.calibration
-        K.tree_record(batch.parents, batch.sizes, probs, self.length.choose(matches), verdict.columns(),
+        K.tree_record(batch.parents, batch.sizes, batch.probs, self.length.choose(matches), verdict.columns(),
                       verdict.counts, cal.EDGES, cal.accepted, cal.seen, floors, followed,
                       np.zeros(batch.width, dtype=np.bool_))
         self.length.update(matches, floors, followed)

@@ -49,6 +49,8 @@ class DraftBatch:
         parents: [b, N] int64 parent of each node (-1: a child of the root; padding hangs from the root).
         sizes: [b] int64 real nodes per row.
         chain: every draft is a chain (parents i - 1), verified with a causal mask.
+        probs: trees: [b, N] each node's estimated acceptance probability (0 past a row's size), what the tree
+            policy calibrates; None for chains.
     """
 
     drafts: list
@@ -56,11 +58,16 @@ class DraftBatch:
     parents: np.ndarray
     sizes: np.ndarray
     chain: bool
+    probs: np.ndarray | None = None
 
     @classmethod
     def pack(cls, drafts: list, chain: bool) -> "DraftBatch":
         if not chain:
-            return cls(drafts, *T.pack_trees([(d.tokens, d.parents) for d in drafts]), chain)
+            tokens, parents, sizes = T.pack_trees([(d.tokens, d.parents) for d in drafts])
+            probs = np.zeros(tokens.shape)
+            for i, d in enumerate(drafts):
+                probs[i, : len(d)] = d.probs
+            return cls(drafts, tokens, parents, sizes, chain, probs)
         sizes = [len(d.tokens) for d in drafts]
         tokens = np.zeros((len(drafts), max(sizes, default=0)), dtype=np.int64)
         for i, d in enumerate(drafts):
@@ -108,7 +115,7 @@ class Verdict:
         if self.paths is None:
             counts, bonus = self.counts.tolist(), self.bonus.tolist()
             return [row[:a] + [t] for row, a, t in zip(batch.tokens.tolist(), counts, bonus)]
-        return [[*batch.tokens[i, p].tolist(), t] for i, (p, t) in enumerate(zip(self.paths, self.bonus.tolist()))]
+        return [[row[j] for j in p] + [t] for row, p, t in zip(batch.tokens.tolist(), self.paths, self.bonus.tolist())]
 
     @property
     def in_place(self) -> bool:

@@ -69,7 +69,7 @@ def greedy_tree_accept(tokens: np.ndarray, parents: np.ndarray, sizes: np.ndarra
     b, n = tokens.shape
     paths, counts, bonus = np.empty((b, n), dtype=np.int64), np.empty(b, dtype=np.int64), np.empty(b, dtype=np.int64)
     K.greedy_tree(tokens, parents, sizes, targets, paths, counts, bonus)
-    return [paths[i, :a].tolist() for i, a in enumerate(counts)], bonus
+    return [row[:a] for row, a in zip(paths[:, : counts.max(initial=0)].tolist(), counts.tolist())], bonus
 
 
 def sample_tree_accept(tokens: np.ndarray, parents: np.ndarray, sizes: np.ndarray, probs: torch.Tensor,
@@ -135,10 +135,11 @@ def _walk(tokens: np.ndarray, parents: np.ndarray, p_node: np.ndarray, u: np.nda
 
 def path_slots(paths: list) -> np.ndarray:
     """Columns to keep in the cache per row [b, W]: the root then the accepted nodes, padded with the root."""
-    width = 1 + max((len(p) for p in paths), default=0)
-    slots = np.zeros((len(paths), width), dtype=np.int64)
+    width = 1 + max(map(len, paths), default=0)
+    slots = np.full((len(paths), width), -1, dtype=np.int64)  # node indices first, the root and padding -1
     for i, p in enumerate(paths):
-        slots[i, 1: 1 + len(p)] = np.asarray(p, dtype=np.int64) + 1
+        slots[i, 1: 1 + len(p)] = p
+    slots += 1
     return slots
 
 

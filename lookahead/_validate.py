@@ -22,8 +22,15 @@ def check_model(model) -> None:
             f"model must be a causal language model with an LM head (AutoModelForCausalLM), got {name}"
         )
     params = inspect.signature(model.forward).parameters
-    if "past_key_values" not in params or "use_cache" not in params:
-        raise TypeError(f"model must accept past_key_values and use_cache to decode with a KV cache; {name} does not")
+    if not {"cache", "past_key_values"} & set(params) or "use_cache" not in params:
+        raise TypeError(f"model must accept a KV cache (cache= or past_key_values=) and use_cache to decode with a KV "
+                        f"cache; {name} does not")
+
+
+def cache_kwarg(model) -> str:
+    """The keyword a model's forward takes its KV cache by: "cache" (transformers 5.24 on; `past_key_values` is
+    deprecated there), else "past_key_values"."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
 def check_lookup(lookup: str) -> str:

@@ -15,7 +15,7 @@ import weakref
 import numpy as np
 import torch
 
-from ._validate import position_limit
+from ._validate import cache_kwarg, position_limit
 from .policy import CostCurve, as_cost
 from .verify import new_cache, rollback
 
@@ -32,15 +32,16 @@ def forward_times(model, sizes=(1, 4, 8, 16, 32), context: int = 512, batch: int
     vocab = model.get_input_embeddings().num_embeddings
     g = torch.Generator().manual_seed(0)
     samples = {n: [] for n in sizes}
+    kv = cache_kwarg(model)
     with torch.inference_mode():
         cache = new_cache(model)
-        model(input_ids=torch.randint(0, vocab, (batch, context), generator=g).to(device), past_key_values=cache,
+        model(input_ids=torch.randint(0, vocab, (batch, context), generator=g).to(device), **{kv: cache},
               use_cache=True)
         for _ in range(repeats + 1):
             for n in sizes:
                 ids = torch.randint(0, vocab, (batch, n), generator=g).to(device)
                 start = time.perf_counter()
-                model(input_ids=ids, past_key_values=cache, use_cache=True).logits.argmax(-1).cpu()
+                model(input_ids=ids, **{kv: cache}, use_cache=True).logits.argmax(-1).cpu()
                 samples[n].append(time.perf_counter() - start)
                 rollback(cache, context)
     return {n: float(np.median(t[1:])) for n, t in samples.items()}

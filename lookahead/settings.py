@@ -263,8 +263,8 @@ _REFUSED = {
     "output_attentions": (False, "the attentions of every step"),
     "output_hidden_states": (False, "the hidden states of every step"),
 }
-_MODEL_INPUTS = {"attention_mask", "position_ids", "logits_to_keep", "past_key_values", "use_cache", "encoder_outputs",
-                 "cache_position", "decoder_attention_mask"}
+_MODEL_INPUTS = {"attention_mask", "position_ids", "logits_to_keep", "past_key_values", "cache", "use_cache",
+                 "encoder_outputs", "cache_position", "decoder_attention_mask"}
 
 
 def refuse_assistant(assistant_model) -> None:
@@ -284,6 +284,7 @@ def check_supported(generation_config, model_kwargs: dict) -> None:
     for key, value in model_kwargs.items():
         if key not in _MODEL_INPUTS and value is not None:
             raise ValueError(f"model input {key}= is not supported by lookahead, which decodes from token ids only")
-    cache = model_kwargs.get("past_key_values")
-    if cache is not None and cache.get_seq_length() > 0:
-        raise ValueError("past_key_values: lookahead starts from an empty cache; pass the full prompt instead")
+    for key in ("past_key_values", "cache"):  # transformers 5.24 renamed past_key_values to cache
+        cache = model_kwargs.get(key)
+        if cache is not None and cache.get_seq_length() > 0:
+            raise ValueError(f"{key}: lookahead starts from an empty cache; pass the full prompt instead")

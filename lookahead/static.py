@@ -28,6 +28,7 @@ import numpy as np
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
+from ._validate import cache_kwarg
 from .verify import _kernels as K
 from .verify.rules import argmax
 
@@ -122,6 +123,7 @@ class _State:
         device = model.device
         self.key = _key(model, batch, compile_config)
         self.cache = SlotCache(model.config, batch, slots, model.dtype, device)
+        self.kv = cache_kwarg(model)  # the keyword the model's forward takes the cache by
         self.prompt_valid = torch.zeros((batch, slots), dtype=torch.bool, device=device)
         self.start = torch.zeros((), dtype=torch.long, device=device)  # first slot after the prompts
         self.inputs, self.outputs, self.graphs = {}, {}, {}  # outputs: width -> (logits, argmax) of its graph
@@ -188,7 +190,7 @@ def _step(model, state: _State, inputs: torch.Tensor) -> tuple:
     allowed = committed[:, None, :] & ~in_step | in_step & sees
     state.cache.writes = write[:, None] + torch.arange(width, device=inputs.device)[None, :]
     logits = model(input_ids=tokens, attention_mask=_additive(allowed, model.dtype), position_ids=positions,
-                   past_key_values=state.cache, use_cache=True,
+                   **{state.kv: state.cache}, use_cache=True,
                    cache_position=torch.arange(width, device=inputs.device)).logits
     return logits, logits.argmax(-1) if state.argmax else None
 
@@ -254,7 +256,7 @@ class StaticCausalLM:
         allowed |= s[None, None, :] == q  # a padding query sees itself, so that no row is all -inf
         state.cache.writes = q.T.expand(len(valid), -1)
         logits = self.model(input_ids=self.input_ids, attention_mask=_additive(allowed, self.model.dtype),
-                            position_ids=prompt_positions(self.mask), past_key_values=state.cache, use_cache=True,
+                            position_ids=prompt_positions(self.mask), **{state.kv: state.cache}, use_cache=True,
                             cache_position=torch.arange(p, device=dev), **last_logits_only(self.model)).logits
         stats.add_forward(len(self.active))
         return logits[:, -1:]

@@ -66,7 +66,7 @@ class CausalLM:
         self._slots = torch.zeros((len(mask), 2 * mask.shape[1] + 64), dtype=mask.dtype, device=mask.device)
         self._slots[:, : mask.shape[1]] = mask  # [b, capacity]: the cache slots each row sees, the first `width`
         self.width = mask.shape[1]
-        self.cache = new_cache(model)
+        self.cache, self.kv = new_cache(model), V.cache_kwarg(model)  # kv: the keyword the forward takes it by
         self.pos = mask.sum(-1).cpu().numpy()  # [b] position id of each row's next token
 
     @property
@@ -99,7 +99,7 @@ class CausalLM:
     def prefill(self, stats) -> torch.Tensor:
         """Logits [b, 1, V] after each prompt."""
         logits = self.model(input_ids=self.input_ids, attention_mask=self.mask,
-                            position_ids=prompt_positions(self.mask), past_key_values=self.cache, use_cache=True,
+                            position_ids=prompt_positions(self.mask), **{self.kv: self.cache}, use_cache=True,
                             **last_logits_only(self.model)).logits
         stats.add_forward(len(self.pos))
         return logits[:, -1:]
@@ -117,7 +117,7 @@ class CausalLM:
             seen, depth = batch.ancestry
             mask, positions = T.tree_mask(self.mask, seen, self.model.dtype), self.pos[:, None] + depth
         logits = self.model(input_ids=tokens, attention_mask=mask, position_ids=to_device(positions, device),
-                            past_key_values=self.cache, use_cache=True).logits
+                            **{self.kv: self.cache}, use_cache=True).logits
         stats.add_forward(len(last))
         return logits
 
@@ -158,7 +158,7 @@ class Seq2SeqLM:
         self.encoder_ids = inputs_tensor if inputs_tensor is not None and not inputs_tensor.is_floating_point() else None
         if self.encoder_ids is not None and len(self.encoder_ids) < len(decoder_input_ids):  # num_return_sequences
             self.encoder_ids = self.encoder_ids.repeat_interleave(len(decoder_input_ids) // len(self.encoder_ids), 0)
-        self.cache = new_cache(model)
+        self.cache, self.kv = new_cache(model), V.cache_kwarg(model)
         self.pending = [[] for _ in range(decoder_input_ids.shape[0])]  # verified tokens not in the cache, before last
         self._fed, self._start = None, 0
 
@@ -217,5 +217,5 @@ class Seq2SeqLM:
     def _forward(self, decoder_input_ids: torch.Tensor) -> torch.Tensor:
         return self.model(
             attention_mask=self.encoder_mask, decoder_input_ids=decoder_input_ids,
-            encoder_outputs=self.encoder_outputs, past_key_values=self.cache, use_cache=True,
+            encoder_outputs=self.encoder_outputs, **{self.kv: self.cache}, use_cache=True,
         ).logits

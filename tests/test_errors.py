@@ -88,7 +88,8 @@ class _NoCacheLM(T.PreTrainedModel, T.GenerationMixin):
 
 def test_rejects_a_model_that_cannot_use_a_cache():
     model = _NoCacheLM(T.LlamaConfig(vocab_size=32, hidden_size=8, num_hidden_layers=1, num_attention_heads=1))
-    with pytest.raises(TypeError, match="must accept past_key_values and use_cache .* _NoCacheLM does not"):
+    with pytest.raises(TypeError, match=r"must accept a KV cache \(cache= or past_key_values=\) and use_cache .* "
+                                        r"_NoCacheLM does not"):
         generate(model, IDS)
 
 

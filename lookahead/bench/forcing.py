@@ -101,8 +101,8 @@ class ForcedOutputs:
         if positions is None:
             positions = _positions(mask, q, input_ids.device)
         prefill = mask is not None and mask.dim() == 2 and mask.shape[-1] == q
-        origin = getattr(kwargs.get("past_key_values"), "origin", None)  # lookahead's static cache: the call row
-        rows = self.rows[:b]                                               # each batch row holds, on the device
+        origin = getattr(kwargs.get("cache", kwargs.get("past_key_values")), "origin", None)  # lookahead's static
+        rows = self.rows[:b]  # cache: the call row each batch row holds, on the device
         if self.batch == 0 or prefill:
             if not self._identify(input_ids, mask if prefill else None):
                 return output  # not a prompt of the traces (e.g. a calibration forward): leave it alone

@@ -2,16 +2,18 @@
 whole calls, here in isolation and repeated until it is stable (a whole call's host time drifts by a third between
 runs on a shared CPU; this does not).
 
-For each batch size, each row's index holds a recorded code edit's prompt and the first `--at` tokens of its output;
-the target's choices are the recording's next tokens (what the forced replay of `host_overhead.py` and `gpu.py` makes
-a model choose). A step is then timed as the loop runs it after the forward: draft (the sizing policy over the
-indexes), pack, greedy acceptance of the target's choices, the policy's update, each row's gained tokens, the stop
-check, the cache decision (`Verdict.in_place`, the accepted columns); reading the target's choices off the
-recording is not counted. The indexes are not extended, so every step drafts the same; the policy's calibration goes
-on learning, as in a call.
+Each row's index holds a recorded code edit's prompt and the first `--at` tokens of its output, and the recording's
+next tokens stand for the target's choices (what the forced replay of `host_overhead.py` and `gpu.py` makes a model
+choose). A step is timed as the loop runs it after the forward: draft (the sizing policy over the indexes), pack,
+greedy acceptance, the policy's update, each row's gained tokens cut at a stop, the cache decision, and the indexes
+extended with what the rows gained; reading the choices off the recording is not counted. Steps follow the
+recording until a row's runs out; then the indexes are made anew, untimed, and the replay starts over.
 
-    python benchmarks/host_step.py                 # chains (NgramIndex) and trees (SuffixIndex), batch 1 and 16
-    python benchmarks/host_step.py --batch 1 --draft tree --repeats 9
+Variants: "chain" and "tree", the loop's step as `generate` runs it when a call is not fused; "fused", the chains'
+step as `lookahead.fused` runs it (two kernels). Budgets are a static step's: 15 tokens, 63 nodes.
+
+    python benchmarks/host_step.py                 # every variant, batch 1 and 16
+    python benchmarks/host_step.py --batch 1 --variant chain fused --repeats 9
 """
 from __future__ import annotations
 
@@ -21,72 +23,126 @@ import time
 from pathlib import Path
 
 import numpy as np
+from numba import typed
 
+from lookahead import _fused_kernels as FK
 from lookahead.bench.arguments import positive_int
 from lookahead.bench.traces_io import read_traces
 from lookahead.index import NgramIndex, SuffixIndex
+from lookahead.policy import _BUCKETS
 from lookahead.processing import Stopper
 from lookahead.sizing import make_sizing
-from lookahead.verify.batch import DraftBatch
+from lookahead.static import WIDTHS
 from lookahead.verify import tree as T
+from lookahead.verify.batch import DraftBatch, _chain_parents
 from lookahead.verify.rules import greedy
 
 TRACES = Path(__file__).resolve().parent / ".cache" / "gpu-traces" / "code-edit.jsonl"
-EOS = 50256
+EOS, MAX_NEW, WIDEST = 50256, 4096, 64
 
 
-def setup(traces: list, batch: int, draft: str, at: int) -> tuple:
-    """(indexes, the target's choices by depth [b, L], sizing) for the first `batch` traces whose outputs are longer
-    than `at` + 64 tokens (repeated when there are fewer)."""
-    long = [t for t in traces if len(t[1]) > at + 64]
-    rows = [long[i % len(long)] for i in range(batch)]
-    indexes = []
-    for prompt, output in rows:
-        index = SuffixIndex() if draft == "tree" else NgramIndex(max_ngram=4)
-        index.extend(np.concatenate([np.asarray(prompt), np.asarray(output[:at])]))
-        indexes.append(index)
-    choices = np.array([list(output[at: at + 65]) for _, output in rows], dtype=np.int64)
-    sizing = make_sizing(draft, 15, 63, (0.0, 0.02))  # a static step's budgets, the accelerator's draft cost
-    return indexes, choices, sizing
+class Replay:
+    """Rows replaying recorded outputs: their indexes, the policy, and how far each row has gone."""
+
+    def __init__(self, traces: list, batch: int, variant: str, at: int):
+        long = [t for t in traces if len(t[1]) > at + 2 * WIDEST]
+        self.rows = [long[i % len(long)] for i in range(batch)]
+        self.variant, self.at = variant, at
+        self.sizing = make_sizing("tree" if variant == "tree" else "chain", 15, 63, (0.0, 0.02))
+        self.padded = lambda n: next(w for w in WIDTHS if w >= n + 1) - 1  # a static step's
+        self.widths = np.array(WIDTHS)
+        self.reset()
+
+    def reset(self) -> None:
+        self.indexes = []
+        for prompt, output in self.rows:
+            index = SuffixIndex() if self.variant == "tree" else NgramIndex(max_ngram=4)
+            index.extend(np.concatenate([np.asarray(prompt), np.asarray(output[: self.at])]))
+            if self.variant == "fused":
+                index._reserve(len(output))  # the kernels stop when an index must grow
+            self.indexes.append(index)
+        self.lens = np.zeros(len(self.rows), dtype=np.int64)  # tokens each row gained so far
+        self.recorded = np.zeros((len(self.rows), MAX_NEW), dtype=np.int64)
+        for k, (_, output) in enumerate(self.rows):
+            self.recorded[k, : len(output) - self.at] = output[self.at:]
+
+    def exhausted(self) -> bool:
+        return any(self.at + n + WIDEST + 1 > len(o) for n, (_, o) in zip(self.lens, self.rows))
+
+    def choices(self, depth: np.ndarray) -> np.ndarray:
+        """The target's choice after each column [b, N+1] at the given depths: the recording's next tokens."""
+        return np.take_along_axis(self.recorded, self.lens[:, None] + depth, 1)
 
 
-def step(indexes: list, choices: np.ndarray, sizing, stopper: Stopper) -> tuple:
-    """One step's host work after the forward (see module docstring): (tokens gained, its seconds, the time spent
-    reading the target's choices off the recording taken out)."""
-    start = time.perf_counter()
-    drafts = sizing.draft(indexes, np.full(len(indexes), 1000), lambda n: 15 if sizing.chain else 63)
+def unfused_step(replay: Replay, stopper: Stopper, lap: list) -> float:
+    """The loop's step (see module docstring); returns its seconds, the choices' reading taken out."""
+    start, sizing = time.perf_counter(), replay.sizing
+    drafts = sizing.draft(replay.indexes, MAX_NEW - 1 - replay.lens, replay.padded)
     batch = DraftBatch.pack(drafts, sizing.chain)
-    verdict = greedy(batch, None, lambda scores: _choices(batch, choices, lap))
+    verdict = greedy(batch, None, lambda scores: _timed(lap, replay.choices, _depth(batch)))
     sizing.update(batch, verdict)
     if not verdict.in_place:
         verdict.columns()
-    gained = 0
-    for new in verdict.gained(batch):
+    for k, (index, new) in enumerate(zip(replay.indexes, verdict.gained(batch))):
         new, _ = stopper.keep(None, [], new, None)
-        gained += len(new)
-    return gained, time.perf_counter() - start - lap[0]
+        index.extend(np.array(new, dtype=np.int64))
+        replay.lens[k] += len(new)
+    return time.perf_counter() - start - lap[0]
 
 
-lap = [0.0]  # seconds the latest step spent in `_choices`
+def fused_step(replay: Replay, buffers: dict, lap: list) -> float:
+    """The fused step's two kernels, with what `FusedChains.run_rows` does between them."""
+    start, policy, b = time.perf_counter(), replay.sizing.length, buffers
+    widest = FK.draft(b["hists"], b["states"], replay.lens, MAX_NEW, policy.max_tokens, replay.widths, _BUCKETS,
+                      policy.accepted, policy.rejected, policy.version, *policy.tables(len(replay.lens)), b["drafts"],
+                      b["sizes"], b["matches"], b["budgets"])
+    batch = DraftBatch(None, b["drafts"][:, :widest], _chain_parents(len(replay.lens), widest), b["sizes"], True)
+    targets = _timed(lap, replay.choices, np.arange(widest + 1)[None, :])
+    FK.accept(targets, batch.tokens, b["sizes"], b["matches"], b["hists"], b["tables"], b["states"], 4, 1, _BUCKETS,
+              policy.accepted, policy.rejected, policy.version, np.array([EOS]), MAX_NEW, replay.lens, b["out"],
+              b["last"], b["counts"], b["bonus"], b["done"], b["totals"])
+    return time.perf_counter() - start - lap[0]
 
 
-def _choices(batch: DraftBatch, choices: np.ndarray, lap: list) -> np.ndarray:
-    """The target's choice after each column [b, N+1]: the recording's token at the column's depth + 1."""
+def _buffers(replay: Replay) -> dict:
+    r, names = len(replay.lens), ("sizes", "matches", "budgets", "last", "counts", "bonus")
+    lists = {k: typed.List([getattr(ix, a) for ix in replay.indexes])
+             for k, a in (("hists", "_hist"), ("tables", "_table"), ("states", "_state"))}
+    return {**lists, **{n: np.zeros(r, dtype=np.int64) for n in names}, "drafts": np.zeros((r, 64), np.int64),
+            "out": np.zeros((r, MAX_NEW), np.int64), "done": np.zeros(r, np.bool_), "totals": np.zeros(2, np.int64)}
+
+
+def _depth(batch: DraftBatch) -> np.ndarray:
+    return np.arange(batch.width + 1)[None, :] if batch.chain else T.ancestry(batch.parents)[1]
+
+
+def _timed(lap: list, f, *args):
     start = time.perf_counter()
-    depth = np.arange(batch.width + 1)[None, :] if batch.chain else T.ancestry(batch.parents)[1]
-    targets = np.take_along_axis(choices, np.minimum(depth, choices.shape[1] - 1), 1)
+    out = f(*args)
     lap[0] = time.perf_counter() - start
-    return targets
+    return out
 
 
-def timed(indexes, choices, sizing, steps: int, repeats: int) -> tuple:
-    """(median, min) over repeats of the mean microseconds of the step's host work, tokens per row and step."""
-    stopper = Stopper(None, (EOS,), 10 ** 9)
-    gained, _ = step(indexes, choices, sizing, stopper)  # warm: numba's first calls
-    samples = []
-    for _ in range(repeats):
-        samples.append(sum(step(indexes, choices, sizing, stopper)[1] for _ in range(steps)) / steps * 1e6)
-    return float(np.median(samples)), min(samples), gained / len(indexes)
+def timed(replay: Replay, steps: int, repeats: int) -> tuple:
+    """(median, min) over repeats of the mean microseconds of a step's host work, tokens per row and step."""
+    stopper, lap = Stopper(None, (EOS,), MAX_NEW), [0.0]
+    samples, gained, taken = [], 0, 0
+    for repeat in range(repeats + 1):  # the first warms up (numba's first calls)
+        seconds, done = 0.0, 0
+        while done < steps:
+            replay.reset()
+            buffers = _buffers(replay) if replay.variant == "fused" else None
+            while done < steps and not replay.exhausted():
+                before = int(replay.lens.sum())
+                if buffers is None:
+                    seconds += unfused_step(replay, stopper, lap)
+                else:
+                    seconds += fused_step(replay, buffers, lap)
+                done += 1
+                gained, taken = gained + int(replay.lens.sum()) - before, taken + 1
+        if repeat:
+            samples.append(seconds / steps * 1e6)
+    return float(np.median(samples)), min(samples), gained / taken / len(replay.lens)
 
 
 def main(argv=None) -> int:
@@ -94,7 +150,7 @@ def main(argv=None) -> int:
     parser.add_argument("--traces", type=Path, default=TRACES,
                         help="JSONL of token traces (default: those `python benchmarks/gpu.py --export` writes)")
     parser.add_argument("--batch", type=positive_int, nargs="+", default=[1, 16])
-    parser.add_argument("--draft", choices=["chain", "tree"], nargs="+", default=["chain", "tree"])
+    parser.add_argument("--variant", choices=["chain", "fused", "tree"], nargs="+", default=["chain", "fused", "tree"])
     parser.add_argument("--at", type=positive_int, default=40, help="output tokens already generated")
     parser.add_argument("--steps", type=positive_int, default=400, help="steps per timed repeat")
     parser.add_argument("--repeats", type=positive_int, default=7)
@@ -103,11 +159,11 @@ def main(argv=None) -> int:
         print(f"{args.traces}: not found (run `python benchmarks/gpu.py --export`)", file=sys.stderr)
         return 2
     traces, _ = read_traces(args.traces)
-    print("| draft | batch | host us/step: median (min) | tokens/row/step |\n| --- | ---: | ---: | ---: |")
-    for draft in args.draft:
+    print("| variant | batch | host us/step: median (min) | tokens/row/step |\n| --- | ---: | ---: | ---: |")
+    for variant in args.variant:
         for b in args.batch:
-            med, low, gained = timed(*setup(traces, b, draft, args.at), args.steps, args.repeats)
-            print(f"| {draft} | {b} | {med:.1f} ({low:.1f}) | {gained:.1f} |")
+            med, low, gained = timed(Replay(traces, b, variant, args.at), args.steps, args.repeats)
+            print(f"| {variant} | {b} | {med:.1f} ({low:.1f}) | {gained:.1f} |")
     return 0
 
 

@@ -21,6 +21,7 @@ import torch
 
 from . import _validate as V
 from .calibrate import draft_cost
+from .fused import FusedChains
 from .index.build import row_indexes
 from .index.draft import Draft
 from .outputs import Recorder
@@ -56,6 +57,7 @@ class _Run:
     streamer: Streamer
     recorder: Recorder | None
     stats: GenerationStats
+    sampling: bool = False  # do_sample: speculative sampling instead of greedy acceptance
     forwards: int = 0  # forwards so far (the prefill's included): each running row took part in all of them
 
 
@@ -225,7 +227,11 @@ def _decode(target, rows: _Rows, run: _Run, max_new: int) -> list:
     scores = run.scorer(logits, rows, outs, empty)
     rows = _advance(target, rows, outs, run, empty, run.accept(empty, scores), scores, logits)
     clock.lap("prefill")
+    fused = FusedChains.of(target, rows, run, max_new, clock)
     while rows.ids:
+        if fused is not None:  # the common call: a step's host work in two kernels, until a row is done
+            rows = _drop(target, rows, fused.run_rows(rows, outs), run)
+            continue
         drafts = run.sizing.draft(rows.indexes, max_new - 1 - np.array([len(outs[r]) for r in rows.ids]),
                                   target.padded)
         batch = DraftBatch.pack(run.scorer.cut(drafts, rows, outs, run.sizing.chain), run.sizing.chain)
@@ -296,15 +302,14 @@ def _make_run(model, batch: int, processors, criteria, config, settings: Setting
     sizing = make_sizing(settings.draft, settings.num_draft_tokens, settings.max_draft_nodes, draft_cost(model, settings))
     return _Run(Scorer(processors, batch), Stopper(criteria, eos, max_new),
                 acceptance_rule(config.do_sample, settings.generator, model.device, argmax_of), sizing,
-                Streamer(settings.streamer, batch), recorder, settings.stats)
+                Streamer(settings.streamer, batch), recorder, settings.stats, bool(config.do_sample))
 
 
 def _assemble(input_ids: torch.Tensor, outs: list, pad: int) -> torch.Tensor:
-    width = max(len(o) for o in outs)
-    new = torch.full((len(outs), width), pad, dtype=torch.long)
-    for i, o in enumerate(outs):
-        new[i, : len(o)] = torch.tensor(o, dtype=torch.long)
-    return torch.cat([input_ids, new.to(input_ids.device)], dim=1)
+    new = np.full((len(outs), max(map(len, outs))), pad, dtype=np.int64)  # numpy: a fraction of torch's per-row cost
+    for row, o in zip(new, outs):
+        row[: len(o)] = o
+    return torch.cat([input_ids, torch.from_numpy(new).to(input_ids.device)], dim=1)
 
 
 def _ids(ids) -> tuple:

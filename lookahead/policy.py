@@ -152,13 +152,17 @@ class DraftLength:
     def choose(self, match_lengths: np.ndarray) -> np.ndarray:
         """Draft length for each row, given the length of the match behind its next proposal (one per row)."""
         matches = np.asarray(match_lengths, dtype=np.int64)
-        batch = len(matches)
+        out = np.empty(len(matches), dtype=np.int64)
+        K.choose(matches, _BUCKETS, self.accepted, self.rejected, self.version, *self.tables(len(matches)), out)
+        return out
+
+    def tables(self, batch: int) -> tuple:
+        """What `choose` reads for a batch of `batch` rows besides the counts: (step costs [K+1], each bucket's best
+        length [buckets], the bucket version it was computed at [buckets])."""
         if batch not in self._tables:
             costs = np.asarray(step_cost(row_cost(self.cost, batch), np.arange(self.max_tokens + 1)), dtype=float)
             self._tables[batch] = (costs, np.zeros(len(_BUCKETS), np.int64), np.full(len(_BUCKETS), -1, np.int64))
-        out = np.empty(batch, dtype=np.int64)
-        K.choose(matches, _BUCKETS, self.accepted, self.rejected, self.version, *self._tables[batch], out)
-        return out
+        return self._tables[batch]
 
     def update(self, match_lengths: np.ndarray, drafted: np.ndarray, accepted: np.ndarray) -> None:
         """Record a step: the rows' match lengths, how many tokens each drafted and how many were accepted."""

@@ -66,6 +66,11 @@ class Scorer:
         self.batch_size, self.vocab_size = batch_size, None
         self.row_indexed = {id(p) for p in processors if _indexes_rows(p, batch_size)}
 
+    @property
+    def active(self) -> bool:
+        """Whether any processor changes the scores (without one, the scores are the logits)."""
+        return bool(self.by_prefix or self.prefix_free)
+
     def __call__(self, logits: torch.Tensor, rows, outs, batch) -> torch.Tensor:
         """Processed float32 scores [b, N+1, V] from raw logits [b, N+1, V] (left unchanged) of a `DraftBatch`'s
         forward: column c is scored with the row's tokens and the drafts on the path to c as its prefix. Without

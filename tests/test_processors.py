@@ -7,6 +7,7 @@ import transformers as T
 
 from conftest import SHARED
 from lookahead import generate
+from lookahead._validate import cache_kwarg
 from models import repeated_prompt, tiny_model
 from test_generate import left_padded
 
@@ -206,7 +207,7 @@ def test_assistant_model_and_batched_streamer_are_refused(model):
         generate(model, ids.repeat(2, 1), max_new_tokens=5, streamer=Chunks())
     with pytest.raises(ValueError, match="(past_key_values|cache): lookahead starts from an empty cache"):
         cache = model(ids, use_cache=True).past_key_values
-        generate(model, ids, max_new_tokens=5, past_key_values=cache)
+        generate(model, ids, max_new_tokens=5, **{cache_kwarg(model): cache})  # the name this transformers takes
 
 
 def test_a_failing_call_still_ends_the_streamer(model, monkeypatch):

@@ -131,12 +131,14 @@ def profile_call(model, method, batch: Batch, forced, eos: int, compiled: bool, 
         activities.append(torch.profiler.ProfilerActivity.CUDA)
     with torch.profiler.profile(activities=activities) as prof:
         call_sample(model, method, batch, forced, None, eos, compiled)
-    python, text = cProfile.Profile(), io.StringIO()
+    python, text, own = cProfile.Profile(), io.StringIO(), io.StringIO()
     python.runcall(call_sample, model, method, batch, forced, None, eos, compiled)
     pstats.Stats(python, stream=text).sort_stats("tottime").print_stats(top)
+    pstats.Stats(python, stream=own).sort_stats("tottime").print_stats("lookahead/(?!bench/)", top)
     return (f"# {method.name}: torch operations by own host time\n\n"
             f"{prof.key_averages().table(sort_by='self_cpu_time_total', row_limit=top)}\n\n"
-            f"# {method.name}: Python functions by own time\n{text.getvalue()}")
+            f"# {method.name}: Python functions by own time\n{text.getvalue()}\n\n"
+            f"# {method.name}: lookahead's own functions by own time\n{own.getvalue()}")
 
 
 def _row(workload: str, batch: int, method: str, samples: list, first: float) -> Row:

@@ -106,6 +106,14 @@ def static_inputs(host, rows, last, tokens, parents, pos, write, width, bit):
             host[i, 2 * width + 1 + col] = bit[col] | host[i, 2 * width + 1 + up]
 
 
+@njit(cache=True)
+def advance(write, pos, rows, counts):
+    """A static step's commit of r rows: write[rows[k]] and pos[rows[k]] move past its root and counts[k] drafts."""
+    for k in range(rows.shape[0]):
+        write[rows[k]] += counts[k] + 1
+        pos[rows[k]] += counts[k] + 1
+
+
 def warm_up() -> None:
     """Compile (or load from cache) the kernels on a non-empty input."""
     parents = np.array([[-1, 0, -1]], dtype=np.int64)
@@ -116,3 +124,4 @@ def warm_up() -> None:
     greedy_chain(tokens, np.array([3], dtype=np.int64), targets, one, two)
     greedy_tree(tokens, parents, np.array([3], dtype=np.int64), targets, np.zeros((1, 3), dtype=np.int64), one, two)
     first_path(parents[0], 2, np.zeros(2, dtype=np.int64))
+    advance(np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64), one)

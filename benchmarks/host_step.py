@@ -50,7 +50,7 @@ class Replay:
         self.variant, self.at = variant, at
         self.sizing = make_sizing("tree" if variant == "tree" else "chain", 15, 63, (0.0, 0.02))
         self.padded = lambda n: next(w for w in WIDTHS if w >= n + 1) - 1  # a static step's
-        self.widths = np.array(WIDTHS)
+        self.pads = np.array([self.padded(n) for n in range(16)])
         self.reset()
 
     def reset(self) -> None:
@@ -93,7 +93,7 @@ def unfused_step(replay: Replay, stopper: Stopper, lap: list) -> float:
 def fused_step(replay: Replay, buffers: dict, lap: list) -> float:
     """The fused step's two kernels, with what `FusedChains.run_rows` does between them."""
     start, policy, b = time.perf_counter(), replay.sizing.length, buffers
-    widest = FK.draft(b["hists"], b["states"], replay.lens, MAX_NEW, policy.max_tokens, replay.widths, _BUCKETS,
+    widest = FK.draft(b["hists"], b["states"], replay.lens, MAX_NEW, policy.max_tokens, replay.pads, _BUCKETS,
                       policy.accepted, policy.rejected, policy.version, *policy.tables(len(replay.lens)), b["drafts"],
                       b["sizes"], b["matches"], b["budgets"])
     batch = DraftBatch(None, b["drafts"][:, :widest], _chain_parents(len(replay.lens), widest), b["sizes"], True)

@@ -16,19 +16,11 @@ PTR, RUN, N, USED = NK.PTR, NK.RUN, NK.N, NK.USED
 
 
 @njit(cache=True)
-def padded(widths, n):
-    """Draft columns a step verifying n computes: its width (the smallest of `widths` >= n + 1) less the root."""
-    for w in widths:
-        if w >= n + 1:
-            return w - 1
-    return n
-
-
-@njit(cache=True)
-def draft(hists, states, lens, max_new, max_tokens, widths, edges, accepted, rejected, version, costs, table, seen,
+def draft(hists, states, lens, max_new, max_tokens, pads, edges, accepted, rejected, version, costs, table, seen,
           drafts, sizes, matches, budgets):
     """Each row's next chain draft into drafts [r, >= max_tokens] (zero past its size), sizes [r] and the match
-    behind it, matches [r]; returns the widest draft. `lens` [r]: tokens each row has generated, of max_new."""
+    behind it, matches [r]; returns the widest draft. `lens` [r]: tokens each row has generated, of max_new;
+    pads [max_tokens + 1]: the draft columns a step verifying n computes anyway (the target's `padded(n)`)."""
     r = len(states)
     for k in range(r):
         matches[k] = states[k][RUN] if states[k][PTR] >= 0 else 0
@@ -37,14 +29,14 @@ def draft(hists, states, lens, max_new, max_tokens, widths, edges, accepted, rej
     for k in range(r):
         budgets[k] = min(budgets[k], max_new - 1 - lens[k])
         top = max(top, budgets[k])
-    upto = min(padded(widths, top), max_tokens) if top > 0 else 0
+    upto = min(pads[top], max_tokens) if top > 0 else 0
     width = 0  # what the policy drafts: a row with a match drafts up to `upto`, the policy counts its budget
     for k in range(r):
         ask = max(min(upto, max_new - 1 - lens[k]) if matches[k] > 0 else 0, budgets[k])
         sizes[k] = NK.ngram_propose(hists[k], states[k], ask, drafts[k]) if ask > 0 else -1
         if sizes[k] >= 0:
             width = max(width, min(sizes[k], budgets[k]))
-    fill = min(padded(widths, width), max_tokens) if top > 0 else 0  # ... and its forward verifies anyway
+    fill = min(pads[width], max_tokens) if top > 0 else 0  # ... and its forward verifies anyway
     widest = 0
     for k in range(r):
         sizes[k] = min(sizes[k], max(budgets[k], fill)) if sizes[k] > 0 else 0
@@ -135,7 +127,7 @@ def _warm(hists, tables, states) -> None:
     buckets = len(_BUCKETS)
     accepted, rejected, version = np.full(buckets, 3.0), np.ones(buckets), np.zeros(buckets, np.int64)
     drafts, lens, ints = np.zeros((1, 8), np.int64), np.zeros(1, np.int64), [np.zeros(1, np.int64) for _ in range(5)]
-    widest = draft(hists, states, lens, 8, 4, np.array([1, 2, 4, 8]), _BUCKETS, accepted, rejected, version,
+    widest = draft(hists, states, lens, 8, 4, np.array([0, 1, 3, 3, 7]), _BUCKETS, accepted, rejected, version,
                    np.array([1.0, 1.1, 1.2, 1.3, 1.4]), np.zeros(buckets, np.int64), np.full(buckets, -1), drafts,
                    *ints[:3])
     accept(np.zeros((1, widest + 1), np.int64), drafts[:, :widest], ints[0], ints[1], hists, tables, states, 4, 1,

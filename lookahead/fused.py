@@ -41,8 +41,7 @@ class FusedChains:
         self.target, self.run, self.max_new, self.clock = target, run, max_new, clock
         self.policy = run.sizing.length
         self.eos = np.array(sorted(run.stopper.eos), dtype=np.int64)
-        # the step widths `target.padded` pads a draft to (the draft columns and the root): its rule as an array
-        self.widths = np.unique([target.padded(n) + 1 for n in range(self.policy.max_tokens + 1)])
+        self.pads = np.array([target.padded(n) for n in range(self.policy.max_tokens + 1)], dtype=np.int64)
         self._held = None  # (row ids, typed lists of their index arrays), kept across `run_rows` calls
 
     @classmethod
@@ -69,7 +68,7 @@ class FusedChains:
         ngram = (indexes[0].max_ngram, indexes[0].min_ngram)
         finished = 0
         while not finished:
-            widest = K.draft(lists[0], lists[2], lens, self.max_new, policy.max_tokens, self.widths, _BUCKETS,
+            widest = K.draft(lists[0], lists[2], lens, self.max_new, policy.max_tokens, self.pads, _BUCKETS,
                              policy.accepted, policy.rejected, policy.version, *tables, drafts, sizes, matches,
                              budgets)
             batch = DraftBatch(None, drafts[:, :widest], _chain_parents(r, widest), sizes, True)

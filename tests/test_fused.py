@@ -153,7 +153,7 @@ def test_draft_kernel_fills_what_the_step_computes():
     from lookahead.sizing import ChainSizing
 
     rng = np.random.default_rng(0)
-    widths = np.array([1, 2, 4, 8, 16, 32, 64])
+    widths = (1, 2, 4, 8, 16, 32, 64)
     for trial in range(200):
         r, max_tokens, max_new = int(rng.integers(1, 5)), int(rng.integers(1, 40)), int(rng.integers(2, 60))
         sizing = ChainSizing(max_tokens, (0.8, 0.08) if trial % 2 else 0.02)
@@ -164,12 +164,13 @@ def test_draft_kernel_fills_what_the_step_computes():
             ix.extend(rng.integers(0, 6, int(rng.integers(1, 80))))
             indexes.append(ix)
         lens = rng.integers(0, max_new, r)
-        padded = lambda n: int(K.padded(widths, n))  # noqa: E731
+        padded = (lambda n: 0) if trial % 7 == 0 else (lambda n: next(w for w in widths if w > n) - 1)
         expected = sizing.draft(indexes, max_new - 1 - lens, padded)
         drafts, ints = np.full((r, max_tokens), 7), [np.zeros(r, dtype=np.int64) for _ in range(3)]
+        pads, policy = np.array([padded(n) for n in range(max_tokens + 1)]), sizing.length
         widest = K.draft(typed.List([ix._hist for ix in indexes]), typed.List([ix._state for ix in indexes]), lens,
-                         max_new, max_tokens, widths, _BUCKETS, sizing.length.accepted, sizing.length.rejected,
-                         sizing.length.version, *sizing.length.tables(r), drafts, *ints)
+                         max_new, max_tokens, pads, _BUCKETS, policy.accepted, policy.rejected, policy.version,
+                         *policy.tables(r), drafts, *ints)
         assert ints[0].tolist() == [len(d) for d in expected]
         assert widest == max((len(d) for d in expected), default=0)
         for k, d in enumerate(expected):

@@ -77,19 +77,20 @@ def test_fused_steps_are_the_unfused_steps(stories, monkeypatch, runs, cache, kw
 
 
 @pytest.mark.parametrize("cache", ["static", "dynamic"])
-def test_an_eos_inside_an_accepted_draft_ends_the_row_there(stories, monkeypatch, cache):
+@pytest.mark.parametrize("picks", [(25, 33), ()])
+def test_an_eos_inside_an_accepted_draft_ends_the_row_there(stories, monkeypatch, cache, picks):
     """eos ids that the story reaches in the middle of copied spans: each row stops at the first one, as
-    model.generate does, rows of one batch at different steps."""
+    model.generate does, rows of one batch at different steps; with no eos id at all, every row runs to its limit."""
     ids, mask = _story_batch(stories)
     story = stories.generate(ids[:1], do_sample=False, max_new_tokens=40)[0, ids.shape[1]:].tolist()
-    eos = [story[25], story[33]]
+    eos = [story[i] for i in picks]
     kwargs = dict(max_new_tokens=40, cache_implementation=cache, attention_mask=mask, eos_token_id=eos)
     fused, plain = _both(monkeypatch, stories, ids, **kwargs)
     expected = stories.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=40, eos_token_id=eos,
-                                pad_token_id=eos[0])
+                                pad_token_id=eos[0] if eos else 0)
     assert torch.equal(fused[0], expected)
     _same(fused, plain)
-    assert min(fused[1].new_tokens_by_row) < 40
+    assert (min(fused[1].new_tokens_by_row) < 40) == bool(eos)
 
 
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])

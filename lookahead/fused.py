@@ -73,7 +73,7 @@ class FusedChains:
                              budgets)
             batch = DraftBatch(None, drafts[:, :widest], _chain_parents(r, widest), sizes, True)
             self.clock.lap("draft")
-            targets = target.argmax(target.verify(rows.last, batch, run.stats))  # [r, widest + 1]
+            targets = target.verify_ids(rows.last, batch, run.stats)  # [r, widest + 1]
             self.clock.lap("forward")
             while (finished := K.accept(targets, batch.tokens, sizes, matches, *lists, *ngram, _BUCKETS,
                                         policy.accepted, policy.rejected, policy.version, self.eos, self.max_new, lens,

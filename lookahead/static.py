@@ -229,7 +229,7 @@ class StaticCausalLM:
         self.write = np.full(b, p, dtype=np.int64)  # [b] each row's next slot
         self.active = np.arange(b)  # rows of the call still running, in the loop's order
         self._active = torch.arange(b, device=model.device)  # the same on the device
-        self.host = {}  # width -> pinned host copy of the step inputs
+        self.host = {}  # width -> (pinned host copy of the step inputs, its numpy view)
         self.keep_logits = keep_logits  # a step's logits are read after the next step (recorded for the output)
         self._ids = (None, None, None, 0)  # the latest step's (logits, argmax on the device [b, width] or None,
         # running rows (None: all), columns)
@@ -265,13 +265,7 @@ class StaticCausalLM:
         """One forward over [last token, draft nodes] of the running rows; logits [b, N+1, V]. A graph's output is
         overwritten by its next replay: the logits are a copy only where they outlive the step (`keep_logits`), or
         where finished rows are left out of them."""
-        n = batch.width + 1
-        width = next(w for w in self.widths if w >= n)
-        K.static_inputs(self._host(width), self.active, np.asarray(last, dtype=np.int64), batch.tokens, batch.parents,
-                        self.pos, self.write, width, _BIT)
-        out = self._run(width)
-        (logits, ids), replayed = out, out is self.state.outputs.get(width)
-        stats.add_forward(len(self.active))
+        n, ((logits, ids), replayed) = batch.width + 1, self._launch(last, batch, stats)
         every = len(self.active) == len(self.write)
         if not every:
             logits = logits[self._active, :n]  # a copy
@@ -279,6 +273,27 @@ class StaticCausalLM:
             logits = logits[:, :n].clone() if self.keep_logits and replayed else logits[:, :n]
         self._ids = (logits, ids, None if every else self.active, n)
         return logits
+
+    def verify_ids(self, last: np.ndarray, batch, stats) -> np.ndarray:
+        """`verify` for greedy acceptance without scores: the target's argmax after the root and each draft node of the
+        running rows [r, N+1] as a host array. On CUDA the step's own ids, copied (the one host-device sync): no logits
+        are sliced, kept or gathered for the running rows."""
+        n, ((logits, ids), _) = batch.width + 1, self._launch(last, batch, stats)
+        every = len(self.active) == len(self.write)
+        if ids is None:
+            return argmax(logits[:, :n] if every else logits[self._active, :n])
+        ids = ids.cpu().numpy()
+        return np.ascontiguousarray(ids[:, :n] if every else ids[self.active, :n])
+
+    def _launch(self, last: np.ndarray, batch, stats) -> tuple:
+        """Fill the step's inputs and run it: ((logits [b, width, V], argmax [b, width] or None), whether they are
+        a replayed graph's outputs)."""
+        width = next(w for w in self.widths if w >= batch.width + 1)
+        K.static_inputs(self._host(width), self.active, np.asarray(last, dtype=np.int64), batch.tokens, batch.parents,
+                        self.pos, self.write, width, _BIT)
+        out = self._run(width)
+        stats.add_forward(len(self.active))
+        return out, out is self.state.outputs.get(width)
 
     def argmax(self, scores: torch.Tensor) -> np.ndarray:
         """The argmax over the last dimension of `scores` as a host array: for the logits `verify` just returned,
@@ -341,18 +356,19 @@ class StaticCausalLM:
         if width not in self.host:
             b = len(self.write)
             buf = torch.zeros((b, 3 * width + 1), dtype=torch.long)
-            self.host[width] = buf.pin_memory() if self.cuda else buf
-        return self.host[width].numpy()
+            buf = buf.pin_memory() if self.cuda else buf
+            self.host[width] = buf, buf.numpy()
+        return self.host[width][1]
 
     def _run(self, width: int) -> tuple:
         """Copy the step inputs to the device and run the step of `width` (a CUDA graph once captured): its
         (logits, argmax) (`_State.run`), the graph's own outputs when replayed."""
         state = self.state
         if width not in state.inputs:
-            state.inputs[width] = torch.zeros_like(self.host[width], device=self.model.device)
+            state.inputs[width] = torch.zeros_like(self.host[width][0], device=self.model.device)
             if state.compiled:
                 _batch_dynamic(state.inputs[width], 0)
-        state.inputs[width].copy_(self.host[width], non_blocking=True)
+        state.inputs[width].copy_(self.host[width][0], non_blocking=True)
         if not self.graphs or state.eager:
             return state.run(self.model, width)
         if width not in state.graphs:

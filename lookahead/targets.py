@@ -121,6 +121,11 @@ class CausalLM:
         stats.add_forward(len(last))
         return logits
 
+    def verify_ids(self, last: np.ndarray, batch, stats) -> np.ndarray:
+        """`verify`, then the argmax after the root and each draft node [b, N+1] as a host array (greedy without
+        scores)."""
+        return argmax(self.verify(last, batch, stats))
+
     def commit(self, batch, verdict) -> None:
         """Keep each row's last token and accepted drafts in the cache; mask the slots of rows that accepted fewer."""
         start = self.width

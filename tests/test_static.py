@@ -198,11 +198,12 @@ def test_a_compiled_step_gives_the_same_tokens(monkeypatch, draft, in_step):
     assert stats.accepted_tokens > 0 and stats.forward_passes < 30
 
 
-@pytest.mark.parametrize("draft", ["chain", "tree"])
-def test_a_step_that_takes_its_own_argmax_is_accepted_by_it(monkeypatch, draft):
+@pytest.mark.parametrize("lookup, draft", [("suffix", "chain"), ("suffix", "tree"), ("ngram", "chain")])
+def test_a_step_that_takes_its_own_argmax_is_accepted_by_it(monkeypatch, lookup, draft):
     """Where the step takes the argmax of its logits itself (on CUDA, inside its graph; forced here on a CPU), greedy
     acceptance reads those ids and reduces no logits after the prefill: the tokens stay greedy's while rows finish and
-    are left out, with the logits kept for the output, and with a processor (whose own scores are reduced)."""
+    are left out (n-gram chains: in the fused step), with the logits kept for the output, and with a processor (whose
+    own scores are reduced)."""
     import lookahead.static as S
     from lookahead.verify.rules import argmax
 
@@ -211,7 +212,7 @@ def test_a_step_that_takes_its_own_argmax_is_accepted_by_it(monkeypatch, draft):
     monkeypatch.setattr(S, "argmax", lambda scores: reduced.append(scores.shape) or argmax(scores))
     model, batch, mask, eos = _staggered()
     kwargs = dict(attention_mask=mask, max_new_tokens=40, eos_token_id=eos)
-    static = dict(lookup="suffix", draft=draft, cache_implementation="static", draft_cost=0.0, return_stats=True)
+    static = dict(lookup=lookup, draft=draft, cache_implementation="static", draft_cost=0.0, return_stats=True)
     out, stats = generate(model, batch, **kwargs, **static)
     assert torch.equal(out, model.generate(batch, do_sample=False, **kwargs))
     assert len(reduced) == 1 and stats.forward_passes > 5  # the prefill's logits only

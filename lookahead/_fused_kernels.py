@@ -1,16 +1,21 @@
-"""Numba kernels of the fused greedy chain step (`lookahead.fused`): a step's host work after the forward, in two
-calls instead of some forty small Python and numpy operations.
+"""Numba kernels of the fused greedy step (`lookahead.fused`): a step's host work after the forward, in two calls
+instead of some forty small Python and numpy operations.
 
-`draft` is `ChainSizing.draft` over `NgramIndex`es (the policy's length, the fill up to the step's padded width);
-`accept` is greedy acceptance, the policy's update (`DraftLength.update`), each row's gained tokens cut where plain
-decoding stops (`Stopper.keep` without criteria) and the index's extension with them (`NgramIndex.extend`). Each
-row's index is passed as its three arrays (typed lists: hist, table, state), which the kernels change in place.
+Chains: `draft` is `ChainSizing.draft` over `NgramIndex`es (the policy's length, the fill up to the step's padded
+width); `accept` is greedy acceptance, the policy's update (`DraftLength.update`), each row's gained tokens cut where
+plain decoding stops (`Stopper.keep` without criteria) and the index's extension with them (`NgramIndex.extend`).
+Trees: `draft_trees` and `accept_trees` do the same for `TreeSizing` over `SuffixIndex`es (best-first trees cut to
+the size that pays, the calibration and the chain floor learned from the accepted paths). Each row's index is passed
+as its arrays (typed lists, or tuples for one row), which the kernels change in place.
 """
 import numpy as np
 from numba import njit, typed
 
-from ._policy_kernels import choose, record
+from ._policy_kernels import choose, record, tree_record, tree_size
 from .index import _kernels as NK
+from .index import _suffix_build as SB
+from .index._suffix_draft import Scratch, suffix_tree
+from .verify._kernels import greedy_tree
 
 PTR, RUN, N, USED = NK.PTR, NK.RUN, NK.N, NK.USED
 
@@ -76,26 +81,102 @@ def accept(targets, drafts, sizes, matches, hists, tables, states, max_ngram, mi
         totals[0] += sizes[k]
         totals[1] += a
     record(matches, sizes, counts, edges, accepted, rejected, version)
-    finished = 0
+    finished, path = 0, np.arange(drafts.shape[1])
     for k in range(r):
-        start, keep = lens[k], min(counts[k] + 1, max_new - lens[k])
-        stop = False
-        for j in range(keep):
-            t = drafts[k, j] if j < counts[k] else bonus[k]
-            out[k, start + j] = t
-            if not stop:
-                for e in eos:
-                    if t == e:
-                        stop, keep = True, j + 1
-                        break
-            if stop:
-                break
-        lens[k] = start + keep
-        last[k] = out[k, lens[k] - 1]
-        done[k] = stop or lens[k] >= max_new
+        start = _gain(k, drafts, path, counts[k], bonus[k], eos, max_new, lens, out, last, done)
         finished += done[k]
         NK.ngram_extend(out[k, start:lens[k]], hists[k], tables[k], states[k], max_ngram, min_ngram)
     return finished
+
+
+@njit(cache=True)
+def _gain(k, tokens, path, count, bonus, eos, max_new, lens, out, last, done):
+    """Row k's gained tokens: tokens[path[:count]] then bonus, cut where plain decoding stops (an eos id, max_new
+    tokens), written at out[k, lens[k]:]; lens, last and done of the row are moved on. Returns where they start."""
+    start, keep = lens[k], min(count + 1, max_new - lens[k])
+    stop = False
+    for j in range(keep):
+        t = tokens[k, path[j]] if j < count else bonus
+        out[k, start + j] = t
+        for e in eos:
+            if t == e:
+                stop = True
+        if stop:
+            keep = j + 1
+            break
+    lens[k] = start + keep
+    last[k] = out[k, lens[k] - 1]
+    done[k] = stop or lens[k] >= max_new
+    return start
+
+
+@njit(cache=True)
+def draft_trees(automata, scratches, lens, max_new, max_nodes, pads, edges, accepted, rejected, version, costs, table,
+                seen, cal_edges, cal_accepted, cal_seen, prior, step_costs, tokens, parents, probs, sizes, matches,
+                depths, nodes):
+    """Each row's best-first tree, cut to the size that pays and never below the chain floor (`TreeSizing.draft`),
+    packed into tokens, parents [r, >= max_nodes] (padding: 0, children of the root) and probs, with sizes [r], the
+    match behind it and the floor's depth (depths [r]); nodes [r] is scratch. Returns the widest tree."""
+    r = len(automata)
+    for k in range(r):
+        sam = SB.Automaton(*automata[k])
+        link = sam.st[sam.meta[SB.CUR], SB.LINK]
+        matches[k] = sam.st[link, SB.LEN] if link > 0 else 0
+    choose(matches, edges, accepted, rejected, version, costs, table, seen, depths)
+    top = 0
+    for k in range(r):
+        nodes[k] = suffix_tree(automata[k], scratches[k], max(min(max_nodes, max_new - 1 - lens[k]), 0))
+        buf = Scratch(*scratches[k])
+        sizes[k] = tree_size(buf.probs[:nodes[k]], buf.tree[1, :nodes[k]], depths[k], cal_edges, cal_accepted,
+                             cal_seen, prior, step_costs)
+        top = max(top, sizes[k])
+    fill = min(pads[top], max_nodes)  # the nodes the step's forward verifies anyway
+    widest = 0
+    for k in range(r):
+        sizes[k] = min(nodes[k], max(sizes[k], fill))
+        buf = Scratch(*scratches[k])
+        for j in range(sizes[k]):
+            tokens[k, j], parents[k, j], probs[k, j] = buf.tree[0, j], buf.tree[1, j], buf.probs[j]
+        widest = max(widest, sizes[k])
+    for k in range(r):
+        for j in range(sizes[k], widest):
+            tokens[k, j], parents[k, j], probs[k, j] = 0, -1, 0.0
+    return widest
+
+
+@njit(cache=True)
+def accept_trees(targets, tokens, parents, sizes, probs, matches, depths, automata, edges, accepted, rejected, version,
+                 cal_edges, cal_accepted, cal_seen, eos, max_new, lens, out, last, counts, bonus, paths, cols, done,
+                 totals):
+    """A verified tree step of r rows (targets [r, N+1]): the longest agreeing path of each row (paths [r, N], counts,
+    bonus; cols [r, >= N+1] its columns, root first), the calibration and the chain floor taught, each row's gained
+    tokens cut where plain decoding stops and added to its index (lens, last, done as `accept`). Returns the rows done
+    and, second, whether every row accepted its first nodes in order; -1 (nothing changed) when an index must grow."""
+    r, n = tokens.shape
+    for k in range(r):
+        sam = SB.Automaton(*automata[k])
+        if sam.meta[SB.N] + n + 1 > sam.hist.shape[0]:
+            return -1, False
+    greedy_tree(tokens, parents, sizes, targets, paths, counts, bonus)
+    in_place, width = True, 1
+    for k in range(r):
+        cols[k, :] = 0
+        for a in range(counts[k]):
+            cols[k, a + 1] = paths[k, a] + 1
+            in_place &= paths[k, a] == a
+        width = max(width, counts[k] + 1)
+        totals[0] += sizes[k]
+        totals[1] += counts[k]
+    floors, followed = np.zeros(r, np.int64), np.zeros(r, np.int64)
+    tree_record(parents, sizes, probs, depths, cols[:, :width], counts, cal_edges, cal_accepted, cal_seen, floors,
+                followed, np.zeros(n, np.bool_))
+    record(matches, floors, followed, edges, accepted, rejected, version)
+    finished = 0
+    for k in range(r):
+        start = _gain(k, tokens, paths[k], counts[k], bonus[k], eos, max_new, lens, out, last, done)
+        finished += done[k]
+        SB.suffix_extend(out[k, start:lens[k]], automata[k])
+    return finished, in_place
 
 
 @njit(cache=True)
@@ -111,14 +192,38 @@ def kept(items, keep):
 def warm_up() -> None:
     """Compile (or load from cache) the kernels on a non-empty input, one row (tuples) and more (typed lists)."""
     from .index.ngram import NgramIndex
+    from .index.suffix import SuffixIndex
 
-    index = NgramIndex(4)
+    index, suffix = NgramIndex(4), SuffixIndex()
     index.extend(np.array([1, 2, 3, 1, 2], dtype=np.int64))
+    suffix.extend(np.array([1, 2, 3, 1, 2], dtype=np.int64))
+    suffix._buffers(8)
     for hists, tables, states in ((index._hist,), (index._table,), (index._state,)), (
             typed.List([index._hist]), typed.List([index._table]), typed.List([index._state])):
         _warm(hists, tables, states)
-    for array in (index._hist, index._table, index._state):
-        kept(typed.List([array]), np.ones(1, np.bool_))
+    for automata, scratches in ((suffix._arrays,), (suffix._scratch,)), (
+            typed.List([suffix._arrays]), typed.List([suffix._scratch])):
+        _warm_trees(automata, scratches)
+    for items in (index._hist, index._table, index._state, suffix._arrays, suffix._scratch):
+        kept(typed.List([items]), np.ones(1, np.bool_))
+
+
+def _warm_trees(automata, scratches) -> None:
+    from .policy import TreeCalibration, _BUCKETS
+
+    buckets, cal = len(_BUCKETS), TreeCalibration()
+    accepted, rejected, version = np.full(buckets, 3.0), np.ones(buckets), np.zeros(buckets, np.int64)
+    ints = [np.zeros(1, np.int64) for _ in range(8)]
+    tokens, parents, probs = np.zeros((1, 8), np.int64), np.zeros((1, 8), np.int64), np.zeros((1, 8))
+    widest = draft_trees(automata, scratches, ints[0], 8, 4, np.array([0, 1, 3, 3, 7]), _BUCKETS, accepted, rejected,
+                         version, np.array([1.0, 1.1, 1.2, 1.3, 1.4]), np.zeros(buckets, np.int64),
+                         np.full(buckets, -1), cal.EDGES, cal.accepted, cal.seen, cal.prior, np.ones(5), tokens,
+                         parents, probs, *ints[1:5])
+    accept_trees(np.zeros((1, widest + 1), np.int64), tokens[:, :widest], parents[:, :widest], ints[1],
+                 probs[:, :widest], ints[2], ints[3], automata, _BUCKETS, accepted, rejected, version, cal.EDGES,
+                 cal.accepted, cal.seen, np.array([7]), 8, ints[0], np.zeros((1, 8), np.int64), *ints[5:8],
+                 np.zeros((1, 8), np.int64), np.zeros((1, 9), np.int64), np.zeros(1, np.bool_),
+                 np.zeros(2, np.int64))
 
 
 def _warm(hists, tables, states) -> None:

@@ -1,12 +1,13 @@
-"""The loop's step fused for the common call: greedy chains drafted from `NgramIndex`es, with no logits processor,
-stopping criterion, streamer or recorded scores (the default of `generate` on a decoder-only model).
+"""The loop's step fused for the common calls: greedy chains from `NgramIndex`es (the default of `generate` on a
+decoder-only model) and greedy trees from `SuffixIndex`es, with no logits processor, stopping criterion, streamer or
+recorded scores.
 
-Such a step's host work is what `ChainSizing.draft`, `DraftBatch.pack`, greedy acceptance, `ChainSizing.update`,
-`Stopper.keep` and `NgramIndex.extend` do, about forty small Python and numpy operations; here they are two numba
-calls (`_fused_kernels`), and what is left in Python is the target's own: its forward and commit. The steps, the
-drafts and the tokens are those of the unfused loop (tests/test_fused.py checks it), so `generate`'s loop hands its
-rows to `FusedChains.run` until one finishes, then drops it as always (reference: gpt-fast and vLLM keep a decoding
-step's host side to a few calls for the same reason).
+Such a step's host work is what the sizing policy's `draft`, `DraftBatch.pack`, greedy acceptance, the policy's
+`update`, `Stopper.keep` and the index's `extend` do, some forty small Python and numpy operations; here they are two
+numba calls (`_fused_kernels`), and what is left in Python is the target's own: its forward (`verify_ids`: the
+argmax without scores) and commit. The steps, the drafts and the tokens are those of the unfused loop
+(tests/test_fused.py checks it), so `generate`'s loop hands its rows to `run_rows` until one finishes, then drops it
+as always (reference: gpt-fast and vLLM keep a decoding step's host side to a few calls for the same reason).
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from numba import typed
 
 from . import _fused_kernels as K
 from .index.ngram import NgramIndex
+from .index.suffix import SuffixIndex
 from .policy import _BUCKETS
 from .targets import CausalLM
 from .static import StaticCausalLM
@@ -25,8 +27,19 @@ from .verify.batch import DraftBatch, Verdict, _chain_parents
 _warm_up = functools.cache(K.warm_up)  # on the first fused call, not at import
 
 
-class FusedChains:
-    """Runs a call's steps two kernels a step (see module docstring); `of` says whether a call qualifies.
+def fused(target, rows, run, max_new: int, clock):
+    """A fused loop for this call (`FusedChains`, `FusedTrees`), or None where a step needs what only the unfused
+    loop does."""
+    plain = (type(target) in (CausalLM, StaticCausalLM) and not run.sampling and not run.scorer.active
+             and not run.stopper.criteria and run.recorder is None and run.streamer.streamer is None)
+    kind = FusedChains if run.sizing.chain else FusedTrees
+    if not plain or not all(type(ix) is kind.index for ix in rows.indexes):
+        return None
+    return kind(target, run, max_new, clock, rows.indexes)
+
+
+class _Fused:
+    """Runs a call's steps two kernels a step (see module docstring).
 
     Args:
         target: a `CausalLM` or `StaticCausalLM`.
@@ -34,70 +47,63 @@ class FusedChains:
         max_new: most new tokens per row.
         clock: the call's `Clock` (the phases "draft", "forward" and "accept": acceptance, policy, stop and
             index in one).
+        indexes: the rows' indexes.
     """
 
-    def __init__(self, target, run, max_new: int, clock):
+    index, arrays = None, ()  # the index class the kernels read, and the names of its arrays they take
+
+    def __init__(self, target, run, max_new: int, clock, indexes: list):
         _warm_up()
         self.target, self.run, self.max_new, self.clock = target, run, max_new, clock
-        self.policy = run.sizing.length
+        self.budget = run.sizing.max_nodes if not run.sizing.chain else run.sizing.length.max_tokens
         self.eos = np.array(sorted(run.stopper.eos), dtype=np.int64)
-        self.pads = np.array([target.padded(n) for n in range(self.policy.max_tokens + 1)], dtype=np.int64)
+        self.pads = np.array([target.padded(n) for n in range(self.budget + 1)], dtype=np.int64)
         self._held = None  # (row ids, typed lists of their index arrays), kept across `run_rows` calls
-
-    @classmethod
-    def of(cls, target, rows, run, max_new: int, clock) -> "FusedChains | None":
-        """A fused loop for this call, or None where a step needs what only the unfused loop does."""
-        plain = (type(target) in (CausalLM, StaticCausalLM) and run.sizing.chain and not run.sampling
-                 and not run.scorer.active and not run.stopper.criteria and run.recorder is None
-                 and run.streamer.streamer is None)
-        if not plain or not all(type(ix) is NgramIndex for ix in rows.indexes):
-            return None
-        return cls(target, run, max_new, clock)
+        self.ngram = (indexes[0].max_ngram, indexes[0].min_ngram) if self.index is NgramIndex and indexes else None
 
     def run_rows(self, rows, outs: list) -> list:
         """Step `rows` (the loop's `_Rows`) until one of them is done; append the new tokens to `outs`; return
         which rows are done, as the loop's `_append` does."""
-        r, run, policy, target = len(rows.ids), self.run, self.policy, self.target
-        indexes = rows.indexes
+        r, run, target = len(rows.ids), self.run, self.target
         lists = self._arrays(rows)
         lens = np.array([len(outs[i]) for i in rows.ids], dtype=np.int64)
         start, out = lens.copy(), np.zeros((r, self.max_new), dtype=np.int64)
-        drafts = np.zeros((r, max(self.policy.max_tokens, 1)), dtype=np.int64)
-        sizes, matches, budgets, counts, bonus = (np.zeros(r, dtype=np.int64) for _ in range(5))
-        done, totals, tables = np.zeros(r, dtype=np.bool_), np.zeros(2, dtype=np.int64), policy.tables(r)
-        ngram = (indexes[0].max_ngram, indexes[0].min_ngram)
+        s = self._step_buffers(r, lens, out, rows.last)
         finished = 0
         while not finished:
-            widest = K.draft(lists[0], lists[2], lens, self.max_new, policy.max_tokens, self.pads, _BUCKETS,
-                             policy.accepted, policy.rejected, policy.version, *tables, drafts, sizes, matches,
-                             budgets)
-            batch = DraftBatch(None, drafts[:, :widest], _chain_parents(r, widest), sizes, True)
+            batch = self._draft(lists, s)
             self.clock.lap("draft")
-            targets = target.verify_ids(rows.last, batch, run.stats)  # [r, widest + 1]
+            targets = target.verify_ids(rows.last, batch, run.stats)  # [r, N + 1]
             self.clock.lap("forward")
-            while (finished := K.accept(targets, batch.tokens, sizes, matches, *lists, *ngram, _BUCKETS,
-                                        policy.accepted, policy.rejected, policy.version, self.eos, self.max_new, lens,
-                                        out, rows.last, counts, bonus, done, totals)) < 0:
-                for ix in indexes:  # an index must grow first: the kernel changed nothing
-                    ix._reserve(widest + 1)
+            while (finished := self._accept(targets, batch, lists, s)) < 0:
+                for ix in rows.indexes:  # an index must grow first: the kernel changed nothing
+                    ix._reserve(batch.width + 1)
                 lists = self._arrays(rows, grown=True)
-            target.commit(batch, Verdict(counts, bonus))
+            target.commit(batch, self._verdict(batch, s))
             run.forwards += 1
             self.clock.lap("accept")
-        run.stats.draft_tokens += int(totals[0])
-        run.stats.accepted_tokens += int(totals[1])
+        run.stats.draft_tokens += int(s["totals"][0])
+        run.stats.accepted_tokens += int(s["totals"][1])
         for k, rid in enumerate(rows.ids):
             outs[rid].extend(out[k, start[k]:lens[k]].tolist())
-        return done.tolist()
+        self._settle(rows.indexes)
+        return s["done"].tolist()
+
+    def _step_buffers(self, r: int, lens: np.ndarray, out: np.ndarray, last: np.ndarray) -> dict:
+        ints = ("sizes", "matches", "budgets", "counts", "bonus", "depths", "nodes")
+        return {**{name: np.zeros(r, dtype=np.int64) for name in ints}, "lens": lens, "out": out, "last": last,
+                "done": np.zeros(r, dtype=np.bool_), "totals": np.zeros(2, dtype=np.int64),
+                "tokens": np.zeros((r, max(self.budget, 1)), dtype=np.int64)}
 
     def _arrays(self, rows, grown: bool = False) -> tuple:
-        """The rows' index arrays as the kernels take them, (hists, tables, states): a tuple each for one row, else
-        typed lists, made once per call and then cut to the rows still running (making one costs 20-100 us)."""
+        """The rows' index arrays as the kernels take them, one sequence per name of `arrays`: a tuple each for one
+        row, else typed lists, made once per call and then cut to the rows still running (making one costs 20-100
+        us)."""
         indexes = rows.indexes
         if len(indexes) == 1:
-            return tuple((getattr(indexes[0], name),) for name in _ARRAYS)
+            return tuple((getattr(indexes[0], name),) for name in self.arrays)
         if self._held is None:
-            self._held = rows.ids, tuple(typed.List([getattr(ix, name) for ix in indexes]) for name in _ARRAYS)
+            self._held = rows.ids, tuple(typed.List([getattr(ix, name) for ix in indexes]) for name in self.arrays)
         held, lists = self._held
         if held != rows.ids:
             running = set(rows.ids)
@@ -105,9 +111,78 @@ class FusedChains:
             lists = tuple(K.kept(items, keep) for items in lists)
             self._held = rows.ids, lists
         for k, ix in enumerate(indexes if grown else ()):
-            for items, name in zip(lists, _ARRAYS):
+            for items, name in zip(lists, self.arrays):
                 items[k] = getattr(ix, name)
         return lists
 
+    def _settle(self, indexes: list) -> None:
+        """Make the indexes' own bookkeeping agree with what the kernels added."""
 
-_ARRAYS = ("_hist", "_table", "_state")  # an `NgramIndex`'s arrays, as the kernels take them
+
+class FusedChains(_Fused):
+    """Greedy chains from `NgramIndex`es, fused (`K.draft`, `K.accept`)."""
+
+    index, arrays = NgramIndex, ("_hist", "_table", "_state")
+
+    def _draft(self, lists, s: dict) -> DraftBatch:
+        policy, r = self.run.sizing.length, len(s["lens"])
+        widest = K.draft(lists[0], lists[2], s["lens"], self.max_new, policy.max_tokens, self.pads, _BUCKETS,
+                         policy.accepted, policy.rejected, policy.version, *policy.tables(r), s["tokens"], s["sizes"],
+                         s["matches"], s["budgets"])
+        return DraftBatch(None, s["tokens"][:, :widest], _chain_parents(r, widest), s["sizes"], True)
+
+    def _accept(self, targets, batch: DraftBatch, lists, s: dict) -> int:
+        policy = self.run.sizing.length
+        return K.accept(targets, batch.tokens, s["sizes"], s["matches"], *lists, *self.ngram,
+                        _BUCKETS, policy.accepted, policy.rejected, policy.version, self.eos, self.max_new, s["lens"],
+                        s["out"], s["last"], s["counts"], s["bonus"], s["done"], s["totals"])
+
+    def _verdict(self, batch: DraftBatch, s: dict) -> Verdict:
+        return Verdict(s["counts"], s["bonus"])
+
+
+class FusedTrees(_Fused):
+    """Greedy trees from `SuffixIndex`es, fused (`K.draft_trees`, `K.accept_trees`)."""
+
+    index, arrays = SuffixIndex, ("_arrays", "_scratch")
+
+    def _step_buffers(self, r: int, lens: np.ndarray, out: np.ndarray, last: np.ndarray) -> dict:
+        width = max(self.budget, 1)
+        return {**super()._step_buffers(r, lens, out, last), "parents": np.zeros((r, width), dtype=np.int64),
+                "probs": np.zeros((r, width)), "paths": np.zeros((r, width), dtype=np.int64),
+                "cols": np.zeros((r, width + 1), dtype=np.int64), "in_place": True}
+
+    def _arrays(self, rows, grown: bool = False) -> tuple:
+        for ix in rows.indexes:  # proposals of the whole budget fit each index's scratch
+            ix._buffers(self.budget)
+        return super()._arrays(rows, grown)
+
+    def _draft(self, lists, s: dict) -> DraftBatch:
+        sizing, r = self.run.sizing, len(s["lens"])
+        policy, cal = sizing.length, sizing.calibration
+        widest = K.draft_trees(*lists, s["lens"], self.max_new, self.budget, self.pads, _BUCKETS, policy.accepted,
+                               policy.rejected, policy.version, *policy.tables(r), cal.EDGES, cal.accepted, cal.seen,
+                               cal.prior, sizing._step_costs(r), s["tokens"], s["parents"], s["probs"], s["sizes"],
+                               s["matches"], s["depths"], s["nodes"])
+        return DraftBatch(None, s["tokens"][:, :widest], s["parents"][:, :widest], s["sizes"], False,
+                          s["probs"][:, :widest])
+
+    def _accept(self, targets, batch: DraftBatch, lists, s: dict) -> int:
+        sizing = self.run.sizing
+        policy, cal = sizing.length, sizing.calibration
+        finished, s["in_place"] = K.accept_trees(
+            targets, batch.tokens, batch.parents, s["sizes"], batch.probs, s["matches"], s["depths"], lists[0],
+            _BUCKETS, policy.accepted, policy.rejected, policy.version, cal.EDGES, cal.accepted, cal.seen, self.eos,
+            self.max_new, s["lens"], s["out"], s["last"], s["counts"], s["bonus"], s["paths"], s["cols"], s["done"],
+            s["totals"])
+        return finished
+
+    def _verdict(self, batch: DraftBatch, s: dict) -> Verdict:
+        """Every row on its tree's first nodes: a chain's verdict (nothing moves); else the accepted paths."""
+        if s["in_place"]:
+            return Verdict(s["counts"], s["bonus"])
+        return Verdict(s["counts"], s["bonus"], [p[:a] for p, a in zip(s["paths"].tolist(), s["counts"].tolist())])
+
+    def _settle(self, indexes: list) -> None:
+        for ix in indexes:  # `SuffixIndex.extend` grows an index when what it adds passes its room
+            ix._room = ix._sam.hist.shape[0] - len(ix)

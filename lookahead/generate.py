@@ -21,7 +21,7 @@ import torch
 
 from . import _validate as V
 from .calibrate import draft_cost
-from .fused import FusedChains
+from .fused import fused as fused_loop
 from .index.build import row_indexes
 from .index.draft import Draft
 from .outputs import Recorder
@@ -227,7 +227,7 @@ def _decode(target, rows: _Rows, run: _Run, max_new: int) -> list:
     scores = run.scorer(logits, rows, outs, empty)
     rows = _advance(target, rows, outs, run, empty, run.accept(empty, scores), scores, logits)
     clock.lap("prefill")
-    fused = FusedChains.of(target, rows, run, max_new, clock)
+    fused = fused_loop(target, rows, run, max_new, clock)
     while rows.ids:
         if fused is not None:  # the common call: a step's host work in two kernels, until a row is done
             rows = _drop(target, rows, fused.run_rows(rows, outs), run)

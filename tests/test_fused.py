@@ -1,11 +1,13 @@
-"""The fused step (`lookahead.fused`) takes the unfused loop's steps: the same tokens, drafts and forwards."""
+"""The fused steps (`lookahead.fused`) take the unfused loop's steps: the same tokens, drafts and forwards."""
+import sys
+
 import numpy as np
 import pytest
 import torch
 from transformers import LogitsProcessorList, RepetitionPenaltyLogitsProcessor, StoppingCriteriaList
 
 from lookahead import Memory, generate, models
-from lookahead.fused import FusedChains
+from lookahead import fused
 from models import repeated_prompt, tiny_model
 
 
@@ -17,15 +19,15 @@ def stories():
 
 @pytest.fixture
 def runs(monkeypatch):
-    """Counts the fused loop's calls."""
+    """Counts the fused loops' calls, by kind."""
     calls = []
-    original = FusedChains.run_rows
+    original = fused._Fused.run_rows
 
     def counted(self, rows, outs):
-        calls.append(len(rows.ids))
+        calls.append((type(self).__name__, len(rows.ids)))
         return original(self, rows, outs)
 
-    monkeypatch.setattr(FusedChains, "run_rows", counted)
+    monkeypatch.setattr(fused._Fused, "run_rows", counted)
     return calls
 
 
@@ -33,7 +35,7 @@ def _both(monkeypatch, model, ids, **kwargs) -> tuple:
     """((tokens, stats) fused, (tokens, stats) with the fused loop turned off)."""
     fused = generate(model, ids, return_stats=True, **kwargs)
     with monkeypatch.context() as m:
-        m.setattr(FusedChains, "of", classmethod(lambda cls, *args: None))
+        m.setattr(sys.modules["lookahead.generate"], "fused_loop", lambda *args: None)
         plain = generate(model, ids, return_stats=True, **kwargs)
     return fused, plain
 
@@ -61,30 +63,37 @@ def left_padded_rows(rows: list) -> tuple:
     return ids, mask
 
 
+TREES = dict(lookup="suffix", draft="tree")
+
+
 @pytest.mark.parametrize("cache", ["static", "dynamic"])
 @pytest.mark.parametrize("kwargs", [dict(), dict(num_draft_tokens=3), dict(draft_cost=0.0), dict(max_ngram=2),
-                                    dict(max_new_tokens=7), dict(draft_cost=(0.8, 0.08), num_draft_tokens=40)])
+                                    dict(max_new_tokens=7), dict(draft_cost=(0.8, 0.08), num_draft_tokens=40),
+                                    TREES, dict(TREES, max_draft_nodes=5), dict(TREES, draft_cost=0.0),
+                                    dict(TREES, max_new_tokens=7), dict(TREES, draft_cost=(0.8, 0.08))])
 def test_fused_steps_are_the_unfused_steps(stories, monkeypatch, runs, cache, kwargs):
-    """A batch of three real-text rows that finish at different steps: greedy's tokens, and the unfused loop's
-    forwards, drafts and acceptances."""
+    """A batch of three real-text rows that finish at different steps, chains and trees: greedy's tokens, and the
+    unfused loop's forwards, drafts and acceptances."""
     ids, mask = _story_batch(stories)
     kwargs = dict(max_new_tokens=60, cache_implementation=cache, attention_mask=mask) | kwargs
     fused, plain = _both(monkeypatch, stories, ids, **kwargs)
     expected = stories.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=kwargs["max_new_tokens"])
     assert torch.equal(plain[0], expected)
     _same(fused, plain)
-    assert runs and runs[0] == 3
+    assert runs and runs[0] == ("FusedTrees" if kwargs.get("draft") == "tree" else "FusedChains", 3)
 
 
 @pytest.mark.parametrize("cache", ["static", "dynamic"])
 @pytest.mark.parametrize("picks", [(25, 33), ()])
-def test_an_eos_inside_an_accepted_draft_ends_the_row_there(stories, monkeypatch, cache, picks):
+@pytest.mark.parametrize("tree", [False, True])
+def test_an_eos_inside_an_accepted_draft_ends_the_row_there(stories, monkeypatch, cache, picks, tree):
     """eos ids that the story reaches in the middle of copied spans: each row stops at the first one, as
     model.generate does, rows of one batch at different steps; with no eos id at all, every row runs to its limit."""
     ids, mask = _story_batch(stories)
     story = stories.generate(ids[:1], do_sample=False, max_new_tokens=40)[0, ids.shape[1]:].tolist()
     eos = [story[i] for i in picks]
-    kwargs = dict(max_new_tokens=40, cache_implementation=cache, attention_mask=mask, eos_token_id=eos)
+    kwargs = dict(max_new_tokens=40, cache_implementation=cache, attention_mask=mask, eos_token_id=eos,
+                  **(TREES if tree else {}))
     fused, plain = _both(monkeypatch, stories, ids, **kwargs)
     expected = stories.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=40, eos_token_id=eos,
                                 pad_token_id=eos[0] if eos else 0)
@@ -94,54 +103,78 @@ def test_an_eos_inside_an_accepted_draft_ends_the_row_there(stories, monkeypatch
 
 
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])
-def test_indexes_that_grow_during_the_call(monkeypatch, arch):
+@pytest.mark.parametrize("tree", [False, True])
+def test_indexes_that_grow_during_the_call(monkeypatch, arch, tree):
     """A document and a prompt just short of an index's first capacity (1,024 tokens): a step finds no room, the
     kernels stop, the indexes grow, and the step goes on as the unfused loop's does."""
     model = tiny_model(arch)
     ids = repeated_prompt(1, 40)[None]
     document = torch.cat([repeated_prompt(2, 500), repeated_prompt(3, 478)]).numpy()
-    kwargs = dict(max_new_tokens=40, cache_implementation="static", max_ngram=8, draft_cost=0.0, documents=[document])
+    kwargs = dict(max_new_tokens=40, cache_implementation="static", max_ngram=8, draft_cost=0.0, documents=[document],
+                  **(TREES if tree else {}))
     fused, plain = _both(monkeypatch, model, ids, **kwargs)
     assert torch.equal(fused[0], model.generate(ids, do_sample=False, max_new_tokens=40))
     _same(fused, plain)
 
 
-def test_documents_and_memory_are_drafted_from(stories, monkeypatch, runs):
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
+def test_fused_trees_pack_paths_off_the_first_one(stories, monkeypatch, cache):
+    """A story whose tree steps accept the first nodes in order (committed as a chain: nothing moves) and other
+    branches (their paths packed): both kinds in the fused loop, and greedy's tokens."""
+    kinds, verdict = [], fused.FusedTrees._verdict
+
+    def recorded(self, batch, s):
+        out = verdict(self, batch, s)
+        kinds.append(out.paths is None)
+        return out
+
+    monkeypatch.setattr(fused.FusedTrees, "_verdict", recorded)
+    story = stories.generate(torch.tensor([[1]]), do_sample=False, max_new_tokens=80)
+    prompt = torch.cat([story, story[:, 1:30]], dim=1)
+    expected = stories.generate(prompt, do_sample=False, max_new_tokens=100)
+    out = generate(stories, prompt, max_new_tokens=100, cache_implementation=cache, **TREES)
+    assert torch.equal(out, expected)
+    assert True in kinds and False in kinds
+
+
+@pytest.mark.parametrize("tree", [False, True])
+def test_documents_and_memory_are_drafted_from(stories, monkeypatch, runs, tree):
     """Rows whose indexes start from documents and a memory's earlier outputs (copies of its index); each loop gets
     a memory of its own, since a call adds to it."""
     ids, mask = _story_batch(stories, (0, 30))
 
+    kwargs = dict(max_new_tokens=50, attention_mask=mask, documents=[ids[0, -30:].numpy()], **(TREES if tree else {}))
+
     def memory():
         held = Memory()
-        generate(stories, ids[:1, -20:], max_new_tokens=50, memory=held)
+        generate(stories, ids[:1, -20:], max_new_tokens=50, memory=held, lookup=kwargs.get("lookup", "ngram"))
         return held
 
-    kwargs = dict(max_new_tokens=50, attention_mask=mask, documents=[ids[0, -30:].numpy()])
     fused = generate(stories, ids, return_stats=True, memory=memory(), **kwargs)
     with monkeypatch.context() as m:
-        m.setattr(FusedChains, "of", classmethod(lambda cls, *args: None))
+        m.setattr(sys.modules["lookahead.generate"], "fused_loop", lambda *args: None)
         plain = generate(stories, ids, return_stats=True, memory=memory(), **kwargs)
     _same(fused, plain)
     assert runs
 
 
 @pytest.mark.parametrize("kwargs", [
-    dict(do_sample=True, generator=0), dict(lookup="suffix"), dict(lookup="suffix", draft="tree"),
-    dict(lookup="none"), dict(num_draft_tokens=0), dict(repetition_penalty=1.2),
+    dict(do_sample=True, generator=0), dict(lookup="suffix"), dict(TREES, do_sample=True, generator=0),
+    dict(TREES, repetition_penalty=1.2), dict(lookup="none"), dict(num_draft_tokens=0), dict(repetition_penalty=1.2),
     dict(logits_processor=LogitsProcessorList([RepetitionPenaltyLogitsProcessor(1.1)])),
     dict(stopping_criteria=StoppingCriteriaList([lambda ids, scores, **kw: torch.zeros(len(ids), dtype=bool)])),
     dict(return_dict_in_generate=True, output_scores=True)])
 def test_only_plain_greedy_chains_are_fused(stories, runs, kwargs):
-    """Sampling, suffix indexes, trees, processors, criteria and recorded scores take the unfused loop."""
+    """Sampling, chains from suffix indexes, processors, criteria and recorded scores take the unfused loop."""
     generate(stories, torch.tensor([[1, 403, 407]]), max_new_tokens=8, **kwargs)
     assert not runs
 
 
 def test_plain_calls_are_fused(stories, runs):
-    """The default call and a static one run the fused loop."""
-    for cache in ("static", "dynamic"):
-        generate(stories, torch.tensor([[1, 403, 407]]), max_new_tokens=8, cache_implementation=cache)
-    assert runs == [1, 1]
+    """The default call, a static one and trees run a fused loop."""
+    for kwargs in (dict(cache_implementation="static"), dict(cache_implementation="dynamic"), TREES):
+        generate(stories, torch.tensor([[1, 403, 407]]), max_new_tokens=8, **kwargs)
+    assert runs == [("FusedChains", 1), ("FusedChains", 1), ("FusedTrees", 1)]
 
 
 def test_draft_kernel_fills_what_the_step_computes():
@@ -177,3 +210,43 @@ def test_draft_kernel_fills_what_the_step_computes():
         for k, d in enumerate(expected):
             assert drafts[k, :len(d)].tolist() == d.tokens.tolist()
             assert not drafts[k, len(d):widest].any()
+
+
+def test_tree_draft_kernel_keeps_what_tree_sizing_keeps():
+    """The tree draft kernel's packed trees against TreeSizing.draft's for random calibrations, texts and rooms."""
+    from numba import typed
+
+    from lookahead import _fused_kernels as K
+    from lookahead.index import SuffixIndex
+    from lookahead.policy import _BUCKETS
+    from lookahead.sizing import TreeSizing
+    from lookahead.verify.tree import pack_trees
+
+    rng = np.random.default_rng(1)
+    for trial in range(60):
+        r, max_nodes, max_new = int(rng.integers(1, 5)), int(rng.integers(1, 64)), int(rng.integers(2, 80))
+        sizing = TreeSizing(max_nodes, 15, (0.0, 0.02) if trial % 2 else (0.8, 0.08))
+        sizing.calibration.accepted[:] = rng.uniform(0, 5, len(sizing.calibration.EDGES))
+        sizing.calibration.seen[:] = sizing.calibration.accepted + rng.uniform(0, 5, len(sizing.calibration.EDGES))
+        indexes = []
+        for _ in range(r):
+            ix = SuffixIndex()
+            ix.extend(rng.integers(0, 5, int(rng.integers(1, 120))))
+            ix._buffers(max_nodes)
+            indexes.append(ix)
+        lens = rng.integers(0, max_new, r)
+        padded = (lambda n: 0) if trial % 5 == 0 else (lambda n: next(w for w in (1, 2, 4, 8, 16, 32, 64) if w > n) - 1)
+        expected = sizing.draft(indexes, max_new - 1 - lens, padded)
+        tokens, parents, probs = np.full((r, max_nodes), 7), np.full((r, max_nodes), 7), np.full((r, max_nodes), 7.0)
+        ints = [np.zeros(r, dtype=np.int64) for _ in range(4)]
+        policy, cal = sizing.length, sizing.calibration
+        widest = K.draft_trees(typed.List([ix._arrays for ix in indexes]), typed.List([ix._scratch for ix in indexes]),
+                               lens, max_new, max_nodes, np.array([padded(n) for n in range(max_nodes + 1)]), _BUCKETS,
+                               policy.accepted, policy.rejected, policy.version, *policy.tables(r), cal.EDGES,
+                               cal.accepted, cal.seen, cal.prior, sizing._step_costs(r), tokens, parents, probs, *ints)
+        want_tokens, want_parents, want_sizes = pack_trees([(d.tokens, d.parents) for d in expected])
+        assert ints[0].tolist() == want_sizes.tolist() and widest == want_tokens.shape[1]
+        assert (tokens[:, :widest] == want_tokens).all() and (parents[:, :widest] == want_parents).all()
+        assert ints[1].tolist() == [d.match_length for d in expected]
+        for k, d in enumerate(expected):
+            assert np.allclose(probs[k, :len(d)], d.probs) and not probs[k, len(d):widest].any()

@@ -70,9 +70,13 @@ def test_tree_drafts_on_the_pretrained_model_accept_more_per_forward(stories_mod
 @pytest.mark.parametrize("cache", ["dynamic", "static"])
 def test_paths_off_the_first_one_are_packed_and_the_first_one_moves_nothing(stories_model, monkeypatch, cache):
     """A step that accepts its tree's first nodes in order keeps their keys and values where they are; one that
-    accepts another branch packs it behind the root. This story takes both kinds of step, and stays greedy's."""
+    accepts another branch packs it behind the root. This story takes both kinds of step, and stays greedy's (in the
+    unfused loop, whose verdicts this reads; tests/test_fused.py checks the fused one on the same story)."""
+    import sys
+
     from lookahead.verify.batch import Verdict
 
+    monkeypatch.setattr(sys.modules["lookahead.generate"], "fused_loop", lambda *args: None)
     kinds, in_place = [], Verdict.in_place.fget
 
     def recorded(verdict) -> bool:  # what each step that accepted a tree node decided

@@ -9,11 +9,11 @@ greedy acceptance, the policy's update, each row's gained tokens cut at a stop, 
 extended with what the rows gained; reading the choices off the recording is not counted. Steps follow the
 recording until a row's runs out; then the indexes are made anew, untimed, and the replay starts over.
 
-Variants: "chain" and "tree", the loop's step as `generate` runs it when a call is not fused; "fused", the chains'
-step as `lookahead.fused` runs it (two kernels). Budgets are a static step's: 15 tokens, 63 nodes.
+Variants: "chain" and "tree", the loop's step as `generate` runs it when a call is not fused; "fused-chain" and
+"fused-tree", the step as `lookahead.fused` runs it (two kernels). Budgets are a static step's: 15 tokens, 63 nodes.
 
     python benchmarks/host_step.py                 # every variant, batch 1 and 16
-    python benchmarks/host_step.py --batch 1 --variant chain fused --repeats 9
+    python benchmarks/host_step.py --batch 1 --variant chain fused-chain --repeats 9
 """
 from __future__ import annotations
 
@@ -48,18 +48,21 @@ class Replay:
         long = [t for t in traces if len(t[1]) > at + 2 * WIDEST]
         self.rows = [long[i % len(long)] for i in range(batch)]
         self.variant, self.at = variant, at
-        self.sizing = make_sizing("tree" if variant == "tree" else "chain", 15, 63, (0.0, 0.02))
+        self.tree = variant.endswith("tree")
+        self.sizing = make_sizing("tree" if self.tree else "chain", 15, 63, (0.0, 0.02))
         self.padded = lambda n: next(w for w in WIDTHS if w >= n + 1) - 1  # a static step's
-        self.pads = np.array([self.padded(n) for n in range(16)])
+        self.pads = np.array([self.padded(n) for n in range(64 if self.tree else 16)])
         self.reset()
 
     def reset(self) -> None:
         self.indexes = []
         for prompt, output in self.rows:
-            index = SuffixIndex() if self.variant == "tree" else NgramIndex(max_ngram=4)
+            index = SuffixIndex() if self.tree else NgramIndex(max_ngram=4)
             index.extend(np.concatenate([np.asarray(prompt), np.asarray(output[: self.at])]))
-            if self.variant == "fused":
+            if self.variant.startswith("fused"):
                 index._reserve(len(output))  # the kernels stop when an index must grow
+            if self.variant == "fused-tree":
+                index._buffers(63)  # a scratch for trees of the whole budget
             self.indexes.append(index)
         self.lens = np.zeros(len(self.rows), dtype=np.int64)  # tokens each row gained so far
         self.recorded = np.zeros((len(self.rows), MAX_NEW), dtype=np.int64)
@@ -91,7 +94,7 @@ def unfused_step(replay: Replay, stopper: Stopper, lap: list) -> float:
 
 
 def fused_step(replay: Replay, buffers: dict, lap: list) -> float:
-    """The fused step's two kernels, with what `FusedChains.run_rows` does between them."""
+    """The fused chains' two kernels, with what `FusedChains.run_rows` does between them."""
     start, policy, b = time.perf_counter(), replay.sizing.length, buffers
     widest = FK.draft(b["hists"], b["states"], replay.lens, MAX_NEW, policy.max_tokens, replay.pads, _BUCKETS,
                       policy.accepted, policy.rejected, policy.version, *policy.tables(len(replay.lens)), b["drafts"],
@@ -104,12 +107,33 @@ def fused_step(replay: Replay, buffers: dict, lap: list) -> float:
     return time.perf_counter() - start - lap[0]
 
 
+def fused_tree_step(replay: Replay, buffers: dict, lap: list) -> float:
+    """The fused trees' two kernels, with what `FusedTrees.run_rows` does between them."""
+    start, sizing, b, r = time.perf_counter(), replay.sizing, buffers, len(replay.lens)
+    policy, cal = sizing.length, sizing.calibration
+    widest = FK.draft_trees(b["automata"], b["scratches"], replay.lens, MAX_NEW, 63, replay.pads, _BUCKETS,
+                            policy.accepted, policy.rejected, policy.version, *policy.tables(r), cal.EDGES,
+                            cal.accepted, cal.seen, cal.prior, sizing._step_costs(r), b["drafts"], b["parents"],
+                            b["probs"], b["sizes"], b["matches"], b["depths"], b["nodes"])
+    batch = DraftBatch(None, b["drafts"][:, :widest], b["parents"][:, :widest], b["sizes"], False,
+                       b["probs"][:, :widest])
+    targets = _timed(lap, replay.choices, _depth(batch))
+    FK.accept_trees(targets, batch.tokens, batch.parents, b["sizes"], batch.probs, b["matches"], b["depths"],
+                    b["automata"], _BUCKETS, policy.accepted, policy.rejected, policy.version, cal.EDGES, cal.accepted,
+                    cal.seen, np.array([EOS]), MAX_NEW, replay.lens, b["out"], b["last"], b["counts"], b["bonus"],
+                    b["paths"], b["cols"], b["done"], b["totals"])
+    return time.perf_counter() - start - lap[0]
+
+
 def _buffers(replay: Replay) -> dict:
-    r, names = len(replay.lens), ("sizes", "matches", "budgets", "last", "counts", "bonus")
-    lists = {k: typed.List([getattr(ix, a) for ix in replay.indexes])
-             for k, a in (("hists", "_hist"), ("tables", "_table"), ("states", "_state"))}
+    r, names = len(replay.lens), ("sizes", "matches", "budgets", "last", "counts", "bonus", "depths", "nodes")
+    arrays = (("automata", "_arrays"), ("scratches", "_scratch")) if replay.tree else (
+        ("hists", "_hist"), ("tables", "_table"), ("states", "_state"))
+    lists = {k: typed.List([getattr(ix, a) for ix in replay.indexes]) for k, a in arrays}
     return {**lists, **{n: np.zeros(r, dtype=np.int64) for n in names}, "drafts": np.zeros((r, 64), np.int64),
-            "out": np.zeros((r, MAX_NEW), np.int64), "done": np.zeros(r, np.bool_), "totals": np.zeros(2, np.int64)}
+            "parents": np.zeros((r, 64), np.int64), "probs": np.zeros((r, 64)), "paths": np.zeros((r, 64), np.int64),
+            "cols": np.zeros((r, 65), np.int64), "out": np.zeros((r, MAX_NEW), np.int64),
+            "done": np.zeros(r, np.bool_), "totals": np.zeros(2, np.int64)}
 
 
 def _depth(batch: DraftBatch) -> np.ndarray:
@@ -131,13 +155,14 @@ def timed(replay: Replay, steps: int, repeats: int) -> tuple:
         seconds, done = 0.0, 0
         while done < steps:
             replay.reset()
-            buffers = _buffers(replay) if replay.variant == "fused" else None
+            buffers = _buffers(replay) if replay.variant.startswith("fused") else None
+            step = fused_tree_step if replay.variant == "fused-tree" else fused_step
             while done < steps and not replay.exhausted():
                 before = int(replay.lens.sum())
                 if buffers is None:
                     seconds += unfused_step(replay, stopper, lap)
                 else:
-                    seconds += fused_step(replay, buffers, lap)
+                    seconds += step(replay, buffers, lap)
                 done += 1
                 gained, taken = gained + int(replay.lens.sum()) - before, taken + 1
         if repeat:
@@ -150,7 +175,8 @@ def main(argv=None) -> int:
     parser.add_argument("--traces", type=Path, default=TRACES,
                         help="JSONL of token traces (default: those `python benchmarks/gpu.py --export` writes)")
     parser.add_argument("--batch", type=positive_int, nargs="+", default=[1, 16])
-    parser.add_argument("--variant", choices=["chain", "fused", "tree"], nargs="+", default=["chain", "fused", "tree"])
+    variants = ["chain", "fused-chain", "tree", "fused-tree"]
+    parser.add_argument("--variant", choices=variants, nargs="+", default=variants)
     parser.add_argument("--at", type=positive_int, default=40, help="output tokens already generated")
     parser.add_argument("--steps", type=positive_int, default=400, help="steps per timed repeat")
     parser.add_argument("--repeats", type=positive_int, default=7)

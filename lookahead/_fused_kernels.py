@@ -189,22 +189,31 @@ def kept(items, keep):
     return out
 
 
-def warm_up() -> None:
-    """Compile (or load from cache) the kernels on a non-empty input, one row (tuples) and more (typed lists)."""
+def warm_up_chains() -> None:
+    """Compile (or load from cache) the chain kernels on a non-empty input, one row (tuples) and more (typed
+    lists)."""
     from .index.ngram import NgramIndex
-    from .index.suffix import SuffixIndex
 
-    index, suffix = NgramIndex(4), SuffixIndex()
+    index = NgramIndex(4)
     index.extend(np.array([1, 2, 3, 1, 2], dtype=np.int64))
-    suffix.extend(np.array([1, 2, 3, 1, 2], dtype=np.int64))
-    suffix._buffers(8)
     for hists, tables, states in ((index._hist,), (index._table,), (index._state,)), (
             typed.List([index._hist]), typed.List([index._table]), typed.List([index._state])):
         _warm(hists, tables, states)
+    for items in (index._hist, index._table, index._state):
+        kept(typed.List([items]), np.ones(1, np.bool_))
+
+
+def warm_up_trees() -> None:
+    """The same for the tree kernels."""
+    from .index.suffix import SuffixIndex
+
+    suffix = SuffixIndex()
+    suffix.extend(np.array([1, 2, 3, 1, 2], dtype=np.int64))
+    suffix._buffers(8)
     for automata, scratches in ((suffix._arrays,), (suffix._scratch,)), (
             typed.List([suffix._arrays]), typed.List([suffix._scratch])):
         _warm_trees(automata, scratches)
-    for items in (index._hist, index._table, index._state, suffix._arrays, suffix._scratch):
+    for items in (suffix._arrays, suffix._scratch):
         kept(typed.List([items]), np.ones(1, np.bool_))
 
 

@@ -24,8 +24,6 @@ from .targets import CausalLM
 from .static import StaticCausalLM
 from .verify.batch import DraftBatch, Verdict, _chain_parents
 
-_warm_up = functools.cache(K.warm_up)  # on the first fused call, not at import
-
 
 def fused(target, rows, run, max_new: int, clock):
     """A fused loop for this call (`FusedChains`, `FusedTrees`), or None where a step needs what only the unfused
@@ -51,9 +49,10 @@ class _Fused:
     """
 
     index, arrays = None, ()  # the index class the kernels read, and the names of its arrays they take
+    warm_up = staticmethod(lambda: None)  # compiles the kernels: once per process, on the first fused call
 
     def __init__(self, target, run, max_new: int, clock, indexes: list):
-        _warm_up()
+        self.warm_up()
         self.target, self.run, self.max_new, self.clock = target, run, max_new, clock
         self.budget = run.sizing.max_nodes if not run.sizing.chain else run.sizing.length.max_tokens
         self.eos = np.array(sorted(run.stopper.eos), dtype=np.int64)
@@ -123,6 +122,7 @@ class FusedChains(_Fused):
     """Greedy chains from `NgramIndex`es, fused (`K.draft`, `K.accept`)."""
 
     index, arrays = NgramIndex, ("_hist", "_table", "_state")
+    warm_up = staticmethod(functools.cache(K.warm_up_chains))
 
     def _draft(self, lists, s: dict) -> DraftBatch:
         policy, r = self.run.sizing.length, len(s["lens"])
@@ -145,6 +145,7 @@ class FusedTrees(_Fused):
     """Greedy trees from `SuffixIndex`es, fused (`K.draft_trees`, `K.accept_trees`)."""
 
     index, arrays = SuffixIndex, ("_arrays", "_scratch")
+    warm_up = staticmethod(functools.cache(K.warm_up_trees))
 
     def _step_buffers(self, r: int, lens: np.ndarray, out: np.ndarray, last: np.ndarray) -> dict:
         width = max(self.budget, 1)

@@ -14,7 +14,7 @@ from numba import njit, typed
 from ._policy_kernels import choose, record, tree_record, tree_size
 from .index import _kernels as NK
 from .index import _suffix_build as SB
-from .index._suffix_draft import Scratch, suffix_tree
+from .index._suffix_draft import Scratch, suffix_chain, suffix_tree
 from .verify._kernels import greedy_tree
 
 PTR, RUN, N, USED = NK.PTR, NK.RUN, NK.N, NK.USED
@@ -26,29 +26,76 @@ def draft(hists, states, lens, max_new, max_tokens, pads, edges, accepted, rejec
     """Each row's next chain draft into drafts [r, >= max_tokens] (zero past its size), sizes [r] and the match
     behind it, matches [r]; returns the widest draft. `lens` [r]: tokens each row has generated, of max_new;
     pads [max_tokens + 1]: the draft columns a step verifying n computes anyway (the target's `padded(n)`)."""
-    r = len(states)
-    for k in range(r):
+    for k in range(len(states)):
         matches[k] = states[k][RUN] if states[k][PTR] >= 0 else 0
+    upto = _budgets(matches, lens, max_new, max_tokens, pads, edges, accepted, rejected, version, costs, table, seen,
+                    budgets)
+    for k in range(len(states)):
+        ask = _ask(k, upto, matches, budgets, lens, max_new)
+        sizes[k] = NK.ngram_propose(hists[k], states[k], ask, drafts[k]) if ask > 0 else -1
+    return _cut(sizes, budgets, max_tokens, pads, drafts)
+
+
+@njit(cache=True)
+def draft_suffix(automata, scratches, lens, max_new, max_tokens, pads, edges, accepted, rejected, version, costs,
+                 table, seen, drafts, sizes, matches, budgets):
+    """`draft` from `SuffixIndex`es (their greedy paths, `SuffixIndex.propose`)."""
+    for k in range(len(automata)):
+        matches[k] = _suffix_match(automata[k])
+    upto = _budgets(matches, lens, max_new, max_tokens, pads, edges, accepted, rejected, version, costs, table, seen,
+                    budgets)
+    for k in range(len(automata)):
+        ask = _ask(k, upto, matches, budgets, lens, max_new)
+        sizes[k] = suffix_chain(automata[k], scratches[k], ask) if ask > 0 else -1
+        chain = Scratch(*scratches[k]).chain
+        for j in range(sizes[k]):
+            drafts[k, j] = chain[j]
+    return _cut(sizes, budgets, max_tokens, pads, drafts)
+
+
+@njit(cache=True)
+def _budgets(matches, lens, max_new, max_tokens, pads, edges, accepted, rejected, version, costs, table, seen,
+             budgets):
+    """Each row's draft length as the policy chooses it (budgets [r], cut to the row's room); returns how far a row
+    with a match drafts (the step's width for the longest budget), 0 when no row drafts."""
     choose(matches, edges, accepted, rejected, version, costs, table, seen, budgets)
     top = 0
-    for k in range(r):
+    for k in range(matches.shape[0]):
         budgets[k] = min(budgets[k], max_new - 1 - lens[k])
         top = max(top, budgets[k])
-    upto = min(pads[top], max_tokens) if top > 0 else 0
-    width = 0  # what the policy drafts: a row with a match drafts up to `upto`, the policy counts its budget
-    for k in range(r):
-        ask = max(min(upto, max_new - 1 - lens[k]) if matches[k] > 0 else 0, budgets[k])
-        sizes[k] = NK.ngram_propose(hists[k], states[k], ask, drafts[k]) if ask > 0 else -1
+    return min(pads[top], max_tokens) if top > 0 else 0
+
+
+@njit(cache=True)
+def _ask(k, upto, matches, budgets, lens, max_new):
+    """How many tokens row k asks its index for: up to `upto` when it has a match, at least its budget."""
+    return max(min(upto, max_new - 1 - lens[k]) if matches[k] > 0 else 0, budgets[k])
+
+
+@njit(cache=True)
+def _cut(sizes, budgets, max_tokens, pads, drafts):
+    """Cut each row's proposal (sizes [r]: its length, -1 where it asked for none) to its budget or the width the
+    step computes for the policy's drafts, whichever is more; zero drafts past the sizes; return the widest."""
+    width = 0  # what the policy drafts ...
+    for k in range(sizes.shape[0]):
         if sizes[k] >= 0:
             width = max(width, min(sizes[k], budgets[k]))
-    fill = min(pads[width], max_tokens) if top > 0 else 0  # ... and its forward verifies anyway
+    fill = min(pads[width], max_tokens) if budgets.max() > 0 else 0  # ... and what its forward verifies anyway
     widest = 0
-    for k in range(r):
+    for k in range(sizes.shape[0]):
         sizes[k] = min(sizes[k], max(budgets[k], fill)) if sizes[k] > 0 else 0
         widest = max(widest, sizes[k])
-    for k in range(r):
+    for k in range(sizes.shape[0]):
         drafts[k, sizes[k]:widest] = 0
     return widest
+
+
+@njit(cache=True)
+def _suffix_match(arrays):
+    """`SuffixIndex.match_length` of the automaton `arrays`."""
+    sam = SB.Automaton(*arrays)
+    link = sam.st[sam.meta[SB.CUR], SB.LINK]
+    return sam.st[link, SB.LEN] if link > 0 else 0
 
 
 @njit(cache=True)
@@ -63,6 +110,16 @@ def has_room(hists, tables, states, extra, max_ngram):
 
 
 @njit(cache=True)
+def suffix_room(automata, extra):
+    """Whether every suffix index takes `extra` more tokens without growing (`SuffixIndex._reserve`)."""
+    for k in range(len(automata)):
+        sam = SB.Automaton(*automata[k])
+        if sam.meta[SB.N] + extra > sam.hist.shape[0]:
+            return False
+    return True
+
+
+@njit(cache=True)
 def accept(targets, drafts, sizes, matches, hists, tables, states, max_ngram, min_ngram, edges, accepted, rejected,
            version, eos, max_new, lens, out, last, counts, bonus, done, totals):
     """A verified step of r rows: targets [r, N+1] the target's argmax after the root and each draft column.
@@ -70,10 +127,36 @@ def accept(targets, drafts, sizes, matches, hists, tables, states, max_ngram, mi
     Writes counts, bonus (the `Verdict`), each row's gained tokens into out[k, lens[k]:] (lens, last moved on),
     done [r]; adds the drafted and accepted tokens to totals [2]. Returns the rows done, or -1 (nothing changed)
     when an index must grow first."""
-    r = drafts.shape[0]
     if not has_room(hists, tables, states, drafts.shape[1] + 1, max_ngram):
         return -1
-    for k in range(r):
+    _accept_chains(targets, drafts, sizes, matches, edges, accepted, rejected, version, counts, bonus, totals)
+    finished, path = 0, np.arange(drafts.shape[1])
+    for k in range(drafts.shape[0]):
+        start = _gain(k, drafts, path, counts[k], bonus[k], eos, max_new, lens, out, last, done)
+        finished += done[k]
+        NK.ngram_extend(out[k, start:lens[k]], hists[k], tables[k], states[k], max_ngram, min_ngram)
+    return finished
+
+
+@njit(cache=True)
+def accept_suffix(targets, drafts, sizes, matches, automata, edges, accepted, rejected, version, eos, max_new, lens,
+                  out, last, counts, bonus, done, totals):
+    """`accept` for `SuffixIndex`es."""
+    if not suffix_room(automata, drafts.shape[1] + 1):
+        return -1
+    _accept_chains(targets, drafts, sizes, matches, edges, accepted, rejected, version, counts, bonus, totals)
+    finished, path = 0, np.arange(drafts.shape[1])
+    for k in range(drafts.shape[0]):
+        start = _gain(k, drafts, path, counts[k], bonus[k], eos, max_new, lens, out, last, done)
+        finished += done[k]
+        SB.suffix_extend(out[k, start:lens[k]], automata[k])
+    return finished
+
+
+@njit(cache=True)
+def _accept_chains(targets, drafts, sizes, matches, edges, accepted, rejected, version, counts, bonus, totals):
+    """Greedy acceptance of chains (counts, bonus), counted in totals, and what it teaches the policy."""
+    for k in range(drafts.shape[0]):
         a = 0
         while a < sizes[k] and drafts[k, a] == targets[k, a]:
             a += 1
@@ -81,12 +164,6 @@ def accept(targets, drafts, sizes, matches, hists, tables, states, max_ngram, mi
         totals[0] += sizes[k]
         totals[1] += a
     record(matches, sizes, counts, edges, accepted, rejected, version)
-    finished, path = 0, np.arange(drafts.shape[1])
-    for k in range(r):
-        start = _gain(k, drafts, path, counts[k], bonus[k], eos, max_new, lens, out, last, done)
-        finished += done[k]
-        NK.ngram_extend(out[k, start:lens[k]], hists[k], tables[k], states[k], max_ngram, min_ngram)
-    return finished
 
 
 @njit(cache=True)
@@ -119,9 +196,7 @@ def draft_trees(automata, scratches, lens, max_new, max_nodes, pads, edges, acce
     match behind it and the floor's depth (depths [r]); nodes [r] is scratch. Returns the widest tree."""
     r = len(automata)
     for k in range(r):
-        sam = SB.Automaton(*automata[k])
-        link = sam.st[sam.meta[SB.CUR], SB.LINK]
-        matches[k] = sam.st[link, SB.LEN] if link > 0 else 0
+        matches[k] = _suffix_match(automata[k])
     choose(matches, edges, accepted, rejected, version, costs, table, seen, depths)
     top = 0
     for k in range(r):
@@ -153,10 +228,8 @@ def accept_trees(targets, tokens, parents, sizes, probs, matches, depths, automa
     tokens cut where plain decoding stops and added to its index (lens, last, done as `accept`). Returns the rows done
     and, second, whether every row accepted its first nodes in order; -1 (nothing changed) when an index must grow."""
     r, n = tokens.shape
-    for k in range(r):
-        sam = SB.Automaton(*automata[k])
-        if sam.meta[SB.N] + n + 1 > sam.hist.shape[0]:
-            return -1, False
+    if not suffix_room(automata, n + 1):
+        return -1, False
     greedy_tree(tokens, parents, sizes, targets, paths, counts, bonus)
     in_place, width = True, 1
     for k in range(r):
@@ -205,6 +278,15 @@ def warm_up_chains() -> None:
 
 def warm_up_trees() -> None:
     """The same for the tree kernels."""
+    _warm_suffix(_warm_trees)
+
+
+def warm_up_suffix_chains() -> None:
+    """The same for the kernels of chains from suffix indexes."""
+    _warm_suffix(_warm_suffix_chains)
+
+
+def _warm_suffix(warm) -> None:
     from .index.suffix import SuffixIndex
 
     suffix = SuffixIndex()
@@ -212,9 +294,23 @@ def warm_up_trees() -> None:
     suffix._buffers(8)
     for automata, scratches in ((suffix._arrays,), (suffix._scratch,)), (
             typed.List([suffix._arrays]), typed.List([suffix._scratch])):
-        _warm_trees(automata, scratches)
+        warm(automata, scratches)
     for items in (suffix._arrays, suffix._scratch):
         kept(typed.List([items]), np.ones(1, np.bool_))
+
+
+def _warm_suffix_chains(automata, scratches) -> None:
+    from .policy import _BUCKETS
+
+    buckets = len(_BUCKETS)
+    accepted, rejected, version = np.full(buckets, 3.0), np.ones(buckets), np.zeros(buckets, np.int64)
+    drafts, lens, ints = np.zeros((1, 8), np.int64), np.zeros(1, np.int64), [np.zeros(1, np.int64) for _ in range(5)]
+    widest = draft_suffix(automata, scratches, lens, 8, 4, np.array([0, 1, 3, 3, 7]), _BUCKETS, accepted, rejected,
+                          version, np.array([1.0, 1.1, 1.2, 1.3, 1.4]), np.zeros(buckets, np.int64),
+                          np.full(buckets, -1), drafts, *ints[:3])
+    accept_suffix(np.zeros((1, widest + 1), np.int64), drafts[:, :widest], ints[0], ints[1], automata, _BUCKETS,
+                  accepted, rejected, version, np.array([7]), 8, lens, np.zeros((1, 8), np.int64), *ints[2:],
+                  np.zeros(1, np.bool_), np.zeros(2, np.int64))
 
 
 def _warm_trees(automata, scratches) -> None:

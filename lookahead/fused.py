@@ -30,8 +30,10 @@ def fused(target, rows, run, max_new: int, clock):
     loop does."""
     plain = (type(target) in (CausalLM, StaticCausalLM) and not run.sampling and not run.scorer.active
              and not run.stopper.criteria and run.recorder is None and run.streamer.streamer is None)
-    kind = FusedChains if run.sizing.chain else FusedTrees
-    if not plain or not all(type(ix) is kind.index for ix in rows.indexes):
+    index = type(rows.indexes[0]) if rows.indexes else None
+    kind = {(True, NgramIndex): FusedChains, (True, SuffixIndex): FusedSuffixChains,
+            (False, SuffixIndex): FusedTrees}.get((run.sizing.chain, index))
+    if not plain or kind is None or not all(type(ix) is index for ix in rows.indexes):
         return None
     return kind(target, run, max_new, clock, rows.indexes)
 
@@ -48,7 +50,7 @@ class _Fused:
         indexes: the rows' indexes.
     """
 
-    index, arrays = None, ()  # the index class the kernels read, and the names of its arrays they take
+    arrays = ()  # the names of the index's arrays the kernels take
     warm_up = staticmethod(lambda: None)  # compiles the kernels: once per process, on the first fused call
 
     def __init__(self, target, run, max_new: int, clock, indexes: list):
@@ -58,7 +60,6 @@ class _Fused:
         self.eos = np.array(sorted(run.stopper.eos), dtype=np.int64)
         self.pads = np.array([target.padded(n) for n in range(self.budget + 1)], dtype=np.int64)
         self._held = None  # (row ids, typed lists of their index arrays), kept across `run_rows` calls
-        self.ngram = (indexes[0].max_ngram, indexes[0].min_ngram) if self.index is NgramIndex and indexes else None
 
     def run_rows(self, rows, outs: list) -> list:
         """Step `rows` (the loop's `_Rows`) until one of them is done; append the new tokens to `outs`; return
@@ -121,8 +122,12 @@ class _Fused:
 class FusedChains(_Fused):
     """Greedy chains from `NgramIndex`es, fused (`K.draft`, `K.accept`)."""
 
-    index, arrays = NgramIndex, ("_hist", "_table", "_state")
+    arrays = ("_hist", "_table", "_state")
     warm_up = staticmethod(functools.cache(K.warm_up_chains))
+
+    def __init__(self, target, run, max_new: int, clock, indexes: list):
+        super().__init__(target, run, max_new, clock, indexes)
+        self.ngram = (indexes[0].max_ngram, indexes[0].min_ngram) if indexes else None  # the call's n-gram settings
 
     def _draft(self, lists, s: dict) -> DraftBatch:
         policy, r = self.run.sizing.length, len(s["lens"])
@@ -141,10 +146,46 @@ class FusedChains(_Fused):
         return Verdict(s["counts"], s["bonus"])
 
 
-class FusedTrees(_Fused):
+class _FusedSuffix(_Fused):
+    """Rows drafted from `SuffixIndex`es: their automata and scratch, which `SuffixIndex.extend` grows by its own
+    bookkeeping."""
+
+    arrays = ("_arrays", "_scratch")
+
+    def _arrays(self, rows, grown: bool = False) -> tuple:
+        for ix in rows.indexes:  # proposals of the whole budget fit each index's scratch
+            ix._buffers(self.budget)
+        return super()._arrays(rows, grown)
+
+    def _settle(self, indexes: list) -> None:
+        for ix in indexes:  # `SuffixIndex.extend` grows an index when what it adds passes its room
+            ix._room = ix._sam.hist.shape[0] - len(ix)
+
+
+class FusedSuffixChains(_FusedSuffix):
+    """Greedy chains from `SuffixIndex`es, fused (`K.draft_suffix`, `K.accept_suffix`)."""
+
+    warm_up = staticmethod(functools.cache(K.warm_up_suffix_chains))
+
+    def _draft(self, lists, s: dict) -> DraftBatch:
+        policy, r = self.run.sizing.length, len(s["lens"])
+        widest = K.draft_suffix(*lists, s["lens"], self.max_new, policy.max_tokens, self.pads, _BUCKETS,
+                                policy.accepted, policy.rejected, policy.version, *policy.tables(r), s["tokens"],
+                                s["sizes"], s["matches"], s["budgets"])
+        return DraftBatch(None, s["tokens"][:, :widest], _chain_parents(r, widest), s["sizes"], True)
+
+    def _accept(self, targets, batch: DraftBatch, lists, s: dict) -> int:
+        policy = self.run.sizing.length
+        return K.accept_suffix(targets, batch.tokens, s["sizes"], s["matches"], lists[0], _BUCKETS, policy.accepted,
+                               policy.rejected, policy.version, self.eos, self.max_new, s["lens"], s["out"],
+                               s["last"], s["counts"], s["bonus"], s["done"], s["totals"])
+
+    _verdict = FusedChains._verdict
+
+
+class FusedTrees(_FusedSuffix):
     """Greedy trees from `SuffixIndex`es, fused (`K.draft_trees`, `K.accept_trees`)."""
 
-    index, arrays = SuffixIndex, ("_arrays", "_scratch")
     warm_up = staticmethod(functools.cache(K.warm_up_trees))
 
     def _step_buffers(self, r: int, lens: np.ndarray, out: np.ndarray, last: np.ndarray) -> dict:
@@ -152,11 +193,6 @@ class FusedTrees(_Fused):
         return {**super()._step_buffers(r, lens, out, last), "parents": np.zeros((r, width), dtype=np.int64),
                 "probs": np.zeros((r, width)), "paths": np.zeros((r, width), dtype=np.int64),
                 "cols": np.zeros((r, width + 1), dtype=np.int64), "in_place": True}
-
-    def _arrays(self, rows, grown: bool = False) -> tuple:
-        for ix in rows.indexes:  # proposals of the whole budget fit each index's scratch
-            ix._buffers(self.budget)
-        return super()._arrays(rows, grown)
 
     def _draft(self, lists, s: dict) -> DraftBatch:
         sizing, r = self.run.sizing, len(s["lens"])
@@ -183,7 +219,3 @@ class FusedTrees(_Fused):
         if s["in_place"]:
             return Verdict(s["counts"], s["bonus"])
         return Verdict(s["counts"], s["bonus"], [p[:a] for p, a in zip(s["paths"].tolist(), s["counts"].tolist())])
-
-    def _settle(self, indexes: list) -> None:
-        for ix in indexes:  # `SuffixIndex.extend` grows an index when what it adds passes its room
-            ix._room = ix._sam.hist.shape[0] - len(ix)

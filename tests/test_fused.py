@@ -63,14 +63,16 @@ def left_padded_rows(rows: list) -> tuple:
     return ids, mask
 
 
-TREES = dict(lookup="suffix", draft="tree")
+TREES, SUFFIX = dict(lookup="suffix", draft="tree"), dict(lookup="suffix")
+KINDS = {(None, None): "FusedChains", ("suffix", None): "FusedSuffixChains", ("suffix", "tree"): "FusedTrees"}
 
 
 @pytest.mark.parametrize("cache", ["static", "dynamic"])
 @pytest.mark.parametrize("kwargs", [dict(), dict(num_draft_tokens=3), dict(draft_cost=0.0), dict(max_ngram=2),
                                     dict(max_new_tokens=7), dict(draft_cost=(0.8, 0.08), num_draft_tokens=40),
                                     TREES, dict(TREES, max_draft_nodes=5), dict(TREES, draft_cost=0.0),
-                                    dict(TREES, max_new_tokens=7), dict(TREES, draft_cost=(0.8, 0.08))])
+                                    dict(TREES, max_new_tokens=7), dict(TREES, draft_cost=(0.8, 0.08)),
+                                    SUFFIX, dict(SUFFIX, num_draft_tokens=3), dict(SUFFIX, draft_cost=0.0)])
 def test_fused_steps_are_the_unfused_steps(stories, monkeypatch, runs, cache, kwargs):
     """A batch of three real-text rows that finish at different steps, chains and trees: greedy's tokens, and the
     unfused loop's forwards, drafts and acceptances."""
@@ -80,20 +82,19 @@ def test_fused_steps_are_the_unfused_steps(stories, monkeypatch, runs, cache, kw
     expected = stories.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=kwargs["max_new_tokens"])
     assert torch.equal(plain[0], expected)
     _same(fused, plain)
-    assert runs and runs[0] == ("FusedTrees" if kwargs.get("draft") == "tree" else "FusedChains", 3)
+    assert runs and runs[0] == (KINDS[kwargs.get("lookup"), kwargs.get("draft")], 3)
 
 
 @pytest.mark.parametrize("cache", ["static", "dynamic"])
 @pytest.mark.parametrize("picks", [(25, 33), ()])
-@pytest.mark.parametrize("tree", [False, True])
-def test_an_eos_inside_an_accepted_draft_ends_the_row_there(stories, monkeypatch, cache, picks, tree):
+@pytest.mark.parametrize("kind", [{}, SUFFIX, TREES])
+def test_an_eos_inside_an_accepted_draft_ends_the_row_there(stories, monkeypatch, cache, picks, kind):
     """eos ids that the story reaches in the middle of copied spans: each row stops at the first one, as
     model.generate does, rows of one batch at different steps; with no eos id at all, every row runs to its limit."""
     ids, mask = _story_batch(stories)
     story = stories.generate(ids[:1], do_sample=False, max_new_tokens=40)[0, ids.shape[1]:].tolist()
     eos = [story[i] for i in picks]
-    kwargs = dict(max_new_tokens=40, cache_implementation=cache, attention_mask=mask, eos_token_id=eos,
-                  **(TREES if tree else {}))
+    kwargs = dict(max_new_tokens=40, cache_implementation=cache, attention_mask=mask, eos_token_id=eos, **kind)
     fused, plain = _both(monkeypatch, stories, ids, **kwargs)
     expected = stories.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=40, eos_token_id=eos,
                                 pad_token_id=eos[0] if eos else 0)
@@ -103,15 +104,15 @@ def test_an_eos_inside_an_accepted_draft_ends_the_row_there(stories, monkeypatch
 
 
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])
-@pytest.mark.parametrize("tree", [False, True])
-def test_indexes_that_grow_during_the_call(monkeypatch, arch, tree):
+@pytest.mark.parametrize("kind", [{}, SUFFIX, TREES])
+def test_indexes_that_grow_during_the_call(monkeypatch, arch, kind):
     """A document and a prompt just short of an index's first capacity (1,024 tokens): a step finds no room, the
     kernels stop, the indexes grow, and the step goes on as the unfused loop's does."""
     model = tiny_model(arch)
     ids = repeated_prompt(1, 40)[None]
     document = torch.cat([repeated_prompt(2, 500), repeated_prompt(3, 478)]).numpy()
     kwargs = dict(max_new_tokens=40, cache_implementation="static", max_ngram=8, draft_cost=0.0, documents=[document],
-                  **(TREES if tree else {}))
+                  **kind)
     fused, plain = _both(monkeypatch, model, ids, **kwargs)
     assert torch.equal(fused[0], model.generate(ids, do_sample=False, max_new_tokens=40))
     _same(fused, plain)
@@ -137,13 +138,13 @@ def test_fused_trees_pack_paths_off_the_first_one(stories, monkeypatch, cache):
     assert True in kinds and False in kinds
 
 
-@pytest.mark.parametrize("tree", [False, True])
-def test_documents_and_memory_are_drafted_from(stories, monkeypatch, runs, tree):
+@pytest.mark.parametrize("kind", [{}, SUFFIX, TREES])
+def test_documents_and_memory_are_drafted_from(stories, monkeypatch, runs, kind):
     """Rows whose indexes start from documents and a memory's earlier outputs (copies of its index); each loop gets
     a memory of its own, since a call adds to it."""
     ids, mask = _story_batch(stories, (0, 30))
 
-    kwargs = dict(max_new_tokens=50, attention_mask=mask, documents=[ids[0, -30:].numpy()], **(TREES if tree else {}))
+    kwargs = dict(max_new_tokens=50, attention_mask=mask, documents=[ids[0, -30:].numpy()], **kind)
 
     def memory():
         held = Memory()
@@ -159,22 +160,22 @@ def test_documents_and_memory_are_drafted_from(stories, monkeypatch, runs, tree)
 
 
 @pytest.mark.parametrize("kwargs", [
-    dict(do_sample=True, generator=0), dict(lookup="suffix"), dict(TREES, do_sample=True, generator=0),
-    dict(TREES, repetition_penalty=1.2), dict(lookup="none"), dict(num_draft_tokens=0), dict(repetition_penalty=1.2),
+    dict(do_sample=True, generator=0), dict(SUFFIX, do_sample=True, generator=0),
+    dict(TREES, do_sample=True, generator=0), dict(TREES, repetition_penalty=1.2), dict(lookup="none"), dict(num_draft_tokens=0), dict(repetition_penalty=1.2),
     dict(logits_processor=LogitsProcessorList([RepetitionPenaltyLogitsProcessor(1.1)])),
     dict(stopping_criteria=StoppingCriteriaList([lambda ids, scores, **kw: torch.zeros(len(ids), dtype=bool)])),
     dict(return_dict_in_generate=True, output_scores=True)])
 def test_only_plain_greedy_chains_are_fused(stories, runs, kwargs):
-    """Sampling, chains from suffix indexes, processors, criteria and recorded scores take the unfused loop."""
+    """Sampling, processors, criteria, recorded scores and rows without an index take the unfused loop."""
     generate(stories, torch.tensor([[1, 403, 407]]), max_new_tokens=8, **kwargs)
     assert not runs
 
 
 def test_plain_calls_are_fused(stories, runs):
-    """The default call, a static one and trees run a fused loop."""
-    for kwargs in (dict(cache_implementation="static"), dict(cache_implementation="dynamic"), TREES):
+    """The default call, a static one, chains and trees from suffix indexes run a fused loop."""
+    for kwargs in (dict(cache_implementation="static"), dict(cache_implementation="dynamic"), SUFFIX, TREES):
         generate(stories, torch.tensor([[1, 403, 407]]), max_new_tokens=8, **kwargs)
-    assert runs == [("FusedChains", 1), ("FusedChains", 1), ("FusedTrees", 1)]
+    assert runs == [("FusedChains", 1), ("FusedChains", 1), ("FusedSuffixChains", 1), ("FusedTrees", 1)]
 
 
 def test_draft_kernel_fills_what_the_step_computes():

@@ -26,8 +26,8 @@ from .verify.batch import DraftBatch, Verdict, _chain_parents
 
 
 def fused(target, rows, run, max_new: int, clock):
-    """A fused loop for this call (`FusedChains`, `FusedTrees`), or None where a step needs what only the unfused
-    loop does."""
+    """A fused loop for this call (`FusedChains`, `FusedSuffixChains`, `FusedTrees`), or None where a step needs what
+    only the unfused loop does."""
     plain = (type(target) in (CausalLM, StaticCausalLM) and not run.sampling and not run.scorer.active
              and not run.stopper.criteria and run.recorder is None and run.streamer.streamer is None)
     index = type(rows.indexes[0]) if rows.indexes else None
@@ -90,6 +90,7 @@ class _Fused:
         return s["done"].tolist()
 
     def _step_buffers(self, r: int, lens: np.ndarray, out: np.ndarray, last: np.ndarray) -> dict:
+        """The arrays the kernels read and write for r rows, by name (allocated once per `run_rows`)."""
         ints = ("sizes", "matches", "budgets", "counts", "bonus", "depths", "nodes")
         return {**{name: np.zeros(r, dtype=np.int64) for name in ints}, "lens": lens, "out": out, "last": last,
                 "done": np.zeros(r, dtype=np.bool_), "totals": np.zeros(2, dtype=np.int64),

@@ -129,12 +129,10 @@ def accept(targets, drafts, sizes, matches, hists, tables, states, max_ngram, mi
     when an index must grow first."""
     if not has_room(hists, tables, states, drafts.shape[1] + 1, max_ngram):
         return -1
-    _accept_chains(targets, drafts, sizes, matches, edges, accepted, rejected, version, counts, bonus, totals)
-    finished, path = 0, np.arange(drafts.shape[1])
+    finished, starts = _accept_chains(targets, drafts, sizes, matches, edges, accepted, rejected, version, eos,
+                                      max_new, lens, out, last, counts, bonus, done, totals)
     for k in range(drafts.shape[0]):
-        start = _gain(k, drafts, path, counts[k], bonus[k], eos, max_new, lens, out, last, done)
-        finished += done[k]
-        NK.ngram_extend(out[k, start:lens[k]], hists[k], tables[k], states[k], max_ngram, min_ngram)
+        NK.ngram_extend(out[k, starts[k]:lens[k]], hists[k], tables[k], states[k], max_ngram, min_ngram)
     return finished
 
 
@@ -144,19 +142,20 @@ def accept_suffix(targets, drafts, sizes, matches, automata, edges, accepted, re
     """`accept` for `SuffixIndex`es."""
     if not suffix_room(automata, drafts.shape[1] + 1):
         return -1
-    _accept_chains(targets, drafts, sizes, matches, edges, accepted, rejected, version, counts, bonus, totals)
-    finished, path = 0, np.arange(drafts.shape[1])
+    finished, starts = _accept_chains(targets, drafts, sizes, matches, edges, accepted, rejected, version, eos,
+                                      max_new, lens, out, last, counts, bonus, done, totals)
     for k in range(drafts.shape[0]):
-        start = _gain(k, drafts, path, counts[k], bonus[k], eos, max_new, lens, out, last, done)
-        finished += done[k]
-        SB.suffix_extend(out[k, start:lens[k]], automata[k])
+        SB.suffix_extend(out[k, starts[k]:lens[k]], automata[k])
     return finished
 
 
 @njit(cache=True)
-def _accept_chains(targets, drafts, sizes, matches, edges, accepted, rejected, version, counts, bonus, totals):
-    """Greedy acceptance of chains (counts, bonus), counted in totals, and what it teaches the policy."""
-    for k in range(drafts.shape[0]):
+def _accept_chains(targets, drafts, sizes, matches, edges, accepted, rejected, version, eos, max_new, lens, out, last,
+                   counts, bonus, done, totals):
+    """Greedy acceptance of chains (counts, bonus), counted in totals, what it teaches the policy, and each row's
+    gained tokens (`_gain`); returns the rows done and where each row's gained tokens start in `out`."""
+    r = drafts.shape[0]
+    for k in range(r):
         a = 0
         while a < sizes[k] and drafts[k, a] == targets[k, a]:
             a += 1
@@ -164,6 +163,11 @@ def _accept_chains(targets, drafts, sizes, matches, edges, accepted, rejected, v
         totals[0] += sizes[k]
         totals[1] += a
     record(matches, sizes, counts, edges, accepted, rejected, version)
+    finished, path, starts = 0, np.arange(drafts.shape[1]), np.empty(r, np.int64)
+    for k in range(r):
+        starts[k] = _gain(k, drafts, path, counts[k], bonus[k], eos, max_new, lens, out, last, done)
+        finished += done[k]
+    return finished, starts
 
 
 @njit(cache=True)

@@ -219,4 +219,6 @@ class FusedTrees(_FusedSuffix):
         """Every row on its tree's first nodes: a chain's verdict (nothing moves); else the accepted paths."""
         if s["in_place"]:
             return Verdict(s["counts"], s["bonus"])
-        return Verdict(s["counts"], s["bonus"], [p[:a] for p, a in zip(s["paths"].tolist(), s["counts"].tolist())])
+        counts = s["counts"].tolist()
+        return Verdict(s["counts"], s["bonus"], [p[:a] for p, a in zip(s["paths"].tolist(), counts)],
+                       s["cols"][:, : 1 + max(counts)])

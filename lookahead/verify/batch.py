@@ -100,11 +100,14 @@ class Verdict:
         counts: [b] accepted draft tokens per row.
         bonus: [b] the target's own next token after them.
         paths: per row the accepted node indices, root to leaf; None for chains (the first counts[i] nodes).
+        cols: trees: the paths' forward columns [b, W] (`columns`), where the acceptance already has them; else None
+            (computed from the paths when asked for).
     """
 
     counts: np.ndarray
     bonus: np.ndarray
     paths: list | None = None
+    cols: np.ndarray | None = None
 
     @classmethod
     def of_paths(cls, paths: list, bonus: np.ndarray) -> "Verdict":
@@ -135,4 +138,4 @@ class Verdict:
 
     @cached_property
     def _columns(self) -> np.ndarray:
-        return T.path_slots(self.paths)
+        return T.path_slots(self.paths) if self.cols is None else self.cols

@@ -67,7 +67,7 @@ class _Fused:
         r, run, target = len(rows.ids), self.run, self.target
         lists = self._arrays(rows)
         lens = np.array([len(outs[i]) for i in rows.ids], dtype=np.int64)
-        start, out = lens.copy(), np.zeros((r, self.max_new), dtype=np.int64)
+        start, out = lens.copy(), np.empty((r, self.max_new), dtype=np.int64)  # written before it is read
         s = self._step_buffers(r, lens, out, rows.last)
         finished = 0
         while not finished:

@@ -153,10 +153,10 @@ class _FusedSuffix(_Fused):
 
     arrays = ("_arrays", "_scratch")
 
-    def _arrays(self, rows, grown: bool = False) -> tuple:
-        for ix in rows.indexes:  # proposals of the whole budget fit each index's scratch
+    def __init__(self, target, run, max_new: int, clock, indexes: list):
+        super().__init__(target, run, max_new, clock, indexes)
+        for ix in indexes:  # proposals of the whole budget fit each index's scratch, which then never changes
             ix._buffers(self.budget)
-        return super()._arrays(rows, grown)
 
     def _settle(self, indexes: list) -> None:
         for ix in indexes:  # `SuffixIndex.extend` grows an index when what it adds passes its room

@@ -10,7 +10,8 @@ extended with what the rows gained; reading the choices off the recording is not
 recording until a row's runs out; then the indexes are made anew, untimed, and the replay starts over.
 
 Variants: "chain" and "tree", the loop's step as `generate` runs it when a call is not fused; "fused-chain" and
-"fused-tree", the step as `lookahead.fused` runs it (two kernels). Budgets are a static step's: 15 tokens, 63 nodes.
+"fused-tree", the work of `lookahead.fused`'s step kernel (its acceptance and draft kernels, called apart here).
+Budgets are a static step's: 15 tokens, 63 nodes.
 
     python benchmarks/host_step.py                 # every variant, batch 1 and 16
     python benchmarks/host_step.py --batch 1 --variant chain fused-chain --repeats 9
@@ -94,7 +95,7 @@ def unfused_step(replay: Replay, stopper: Stopper, lap: list) -> float:
 
 
 def fused_step(replay: Replay, buffers: dict, lap: list) -> float:
-    """The fused chains' two kernels, with what `FusedChains.run_rows` does between them."""
+    """The fused chains' draft and acceptance kernels (one `step` call in `FusedChains.run_rows`)."""
     start, policy, b = time.perf_counter(), replay.sizing.length, buffers
     widest = FK.draft(b["hists"], b["states"], replay.lens, MAX_NEW, policy.max_tokens, replay.pads, _BUCKETS,
                       policy.accepted, policy.rejected, policy.version, *policy.tables(len(replay.lens)), b["drafts"],
@@ -108,7 +109,7 @@ def fused_step(replay: Replay, buffers: dict, lap: list) -> float:
 
 
 def fused_tree_step(replay: Replay, buffers: dict, lap: list) -> float:
-    """The fused trees' two kernels, with what `FusedTrees.run_rows` does between them."""
+    """The fused trees' draft and acceptance kernels (one `step_trees` call in `FusedTrees.run_rows`)."""
     start, sizing, b, r = time.perf_counter(), replay.sizing, buffers, len(replay.lens)
     policy, cal = sizing.length, sizing.calibration
     widest = FK.draft_trees(b["automata"], b["scratches"], replay.lens, MAX_NEW, 63, replay.pads, _BUCKETS,

@@ -1,5 +1,6 @@
-"""Numba kernels of the fused greedy step (`lookahead.fused`): a step's host work after the forward, in two calls
-instead of some forty small Python and numpy operations.
+"""Numba kernels of the fused greedy step (`lookahead.fused`): a step's host work after the forward, in one call
+(`step`, `step_suffix`, `step_trees`: the step's acceptance, then the next step's draft) instead of some forty small
+Python and numpy operations.
 
 Chains: `draft` is `ChainSizing.draft` over `NgramIndex`es (the policy's length, the fill up to the step's padded
 width); `accept` is greedy acceptance, the policy's update (`DraftLength.update`), each row's gained tokens cut where
@@ -257,6 +258,50 @@ def accept_trees(targets, tokens, parents, sizes, probs, matches, depths, automa
 
 
 @njit(cache=True)
+def step(targets, drafts, sizes, matches, hists, tables, states, max_ngram, min_ngram, edges, accepted, rejected,
+         version, eos, max_new, lens, out, last, counts, bonus, done, totals, max_tokens, pads, costs, table, seen,
+         next_drafts, next_sizes, next_matches, budgets):
+    """One call a step: `accept` of this step's chains, then, when no row is done, `draft` of the next step's into
+    next_drafts, next_sizes and next_matches. Returns (rows done, or -1 as `accept`; the next draft's width)."""
+    finished = accept(targets, drafts, sizes, matches, hists, tables, states, max_ngram, min_ngram, edges, accepted,
+                      rejected, version, eos, max_new, lens, out, last, counts, bonus, done, totals)
+    if finished != 0:
+        return finished, 0
+    return 0, draft(hists, states, lens, max_new, max_tokens, pads, edges, accepted, rejected, version, costs, table,
+                    seen, next_drafts, next_sizes, next_matches, budgets)
+
+
+@njit(cache=True)
+def step_suffix(targets, drafts, sizes, matches, automata, scratches, edges, accepted, rejected, version, eos, max_new,
+                lens, out, last, counts, bonus, done, totals, max_tokens, pads, costs, table, seen, next_drafts,
+                next_sizes, next_matches, budgets):
+    """`step` for chains from `SuffixIndex`es (`accept_suffix`, then `draft_suffix`)."""
+    finished = accept_suffix(targets, drafts, sizes, matches, automata, edges, accepted, rejected, version, eos,
+                             max_new, lens, out, last, counts, bonus, done, totals)
+    if finished != 0:
+        return finished, 0
+    return 0, draft_suffix(automata, scratches, lens, max_new, max_tokens, pads, edges, accepted, rejected, version,
+                           costs, table, seen, next_drafts, next_sizes, next_matches, budgets)
+
+
+@njit(cache=True)
+def step_trees(targets, tokens, parents, sizes, probs, matches, depths, automata, scratches, edges, accepted, rejected,
+               version, cal_edges, cal_accepted, cal_seen, prior, eos, max_new, lens, out, last, counts, bonus, paths,
+               cols, done, totals, max_nodes, pads, costs, table, seen, step_costs, next_tokens, next_parents,
+               next_probs, next_sizes, next_matches, next_depths, nodes):
+    """`step` for trees (`accept_trees`, then `draft_trees` into the next_ arrays). Returns (rows done or -1, whether
+    every row accepted its first nodes in order, the next tree's width)."""
+    finished, in_place = accept_trees(targets, tokens, parents, sizes, probs, matches, depths, automata, edges,
+                                      accepted, rejected, version, cal_edges, cal_accepted, cal_seen, eos, max_new,
+                                      lens, out, last, counts, bonus, paths, cols, done, totals)
+    if finished != 0:
+        return finished, in_place, 0
+    return 0, in_place, draft_trees(automata, scratches, lens, max_new, max_nodes, pads, edges, accepted, rejected,
+                                    version, costs, table, seen, cal_edges, cal_accepted, cal_seen, prior, step_costs,
+                                    next_tokens, next_parents, next_probs, next_sizes, next_matches, next_depths, nodes)
+
+
+@njit(cache=True)
 def kept(items, keep):
     """The typed list `items` without its entries where keep [len(items)] is False."""
     out = typed.List.empty_list(items._dtype)
@@ -303,47 +348,47 @@ def _warm_suffix(warm) -> None:
         kept(typed.List([items]), np.ones(1, np.bool_))
 
 
-def _warm_suffix_chains(automata, scratches) -> None:
+def _policy_and_sizing() -> tuple:
+    """A length policy's arrays (edges, accepted, rejected, version) and a sizing (max tokens, pads, costs, table,
+    seen) for the warm-ups."""
     from .policy import _BUCKETS
 
     buckets = len(_BUCKETS)
-    accepted, rejected, version = np.full(buckets, 3.0), np.ones(buckets), np.zeros(buckets, np.int64)
-    drafts, lens, ints = np.zeros((1, 8), np.int64), np.zeros(1, np.int64), [np.zeros(1, np.int64) for _ in range(5)]
-    widest = draft_suffix(automata, scratches, lens, 8, 4, np.array([0, 1, 3, 3, 7]), _BUCKETS, accepted, rejected,
-                          version, np.array([1.0, 1.1, 1.2, 1.3, 1.4]), np.zeros(buckets, np.int64),
-                          np.full(buckets, -1), drafts, *ints[:3])
-    accept_suffix(np.zeros((1, widest + 1), np.int64), drafts[:, :widest], ints[0], ints[1], automata, _BUCKETS,
-                  accepted, rejected, version, np.array([7]), 8, lens, np.zeros((1, 8), np.int64), *ints[2:],
-                  np.zeros(1, np.bool_), np.zeros(2, np.int64))
+    policy = (_BUCKETS, np.full(buckets, 3.0), np.ones(buckets), np.zeros(buckets, np.int64))
+    sizing = (4, np.array([0, 1, 3, 3, 7]), np.array([1.0, 1.1, 1.2, 1.3, 1.4]), np.zeros(buckets, np.int64),
+              np.full(buckets, -1))
+    return policy, sizing
+
+
+def _warm_suffix_chains(automata, scratches) -> None:
+    policy, sizing = _policy_and_sizing()
+    drafts, lens, ints = np.zeros((2, 1, 8), np.int64), np.zeros(1, np.int64), [np.zeros(1, np.int64) for _ in range(8)]
+    widest = draft_suffix(automata, scratches, lens, 8, *sizing[:2], *policy, *sizing[2:], drafts[0], *ints[:3])
+    step_suffix(np.zeros((1, widest + 1), np.int64), drafts[0][:, :widest], ints[0], ints[1], automata, scratches,
+                *policy, np.array([7]), 8, lens, np.zeros((1, 8), np.int64), *ints[3:6], np.zeros(1, np.bool_),
+                np.zeros(2, np.int64), *sizing, drafts[1], ints[6], ints[7], ints[2])
 
 
 def _warm_trees(automata, scratches) -> None:
-    from .policy import TreeCalibration, _BUCKETS
+    from .policy import TreeCalibration
 
-    buckets, cal = len(_BUCKETS), TreeCalibration()
-    accepted, rejected, version = np.full(buckets, 3.0), np.ones(buckets), np.zeros(buckets, np.int64)
-    ints = [np.zeros(1, np.int64) for _ in range(8)]
-    tokens, parents, probs = np.zeros((1, 8), np.int64), np.zeros((1, 8), np.int64), np.zeros((1, 8))
-    widest = draft_trees(automata, scratches, ints[0], 8, 4, np.array([0, 1, 3, 3, 7]), _BUCKETS, accepted, rejected,
-                         version, np.array([1.0, 1.1, 1.2, 1.3, 1.4]), np.zeros(buckets, np.int64),
-                         np.full(buckets, -1), cal.EDGES, cal.accepted, cal.seen, cal.prior, np.ones(5), tokens,
-                         parents, probs, *ints[1:5])
-    accept_trees(np.zeros((1, widest + 1), np.int64), tokens[:, :widest], parents[:, :widest], ints[1],
-                 probs[:, :widest], ints[2], ints[3], automata, _BUCKETS, accepted, rejected, version, cal.EDGES,
-                 cal.accepted, cal.seen, np.array([7]), 8, ints[0], np.zeros((1, 8), np.int64), *ints[5:8],
-                 np.zeros((1, 8), np.int64), np.zeros((1, 9), np.int64), np.zeros(1, np.bool_),
-                 np.zeros(2, np.int64))
+    (policy, sizing), cal = _policy_and_sizing(), TreeCalibration()
+    calibration = (cal.EDGES, cal.accepted, cal.seen, cal.prior)
+    ints = [np.zeros(1, np.int64) for _ in range(12)]
+    tokens, parents, probs = np.zeros((2, 1, 8), np.int64), np.zeros((2, 1, 8), np.int64), np.zeros((2, 1, 8))
+    widest = draft_trees(automata, scratches, ints[0], 8, *sizing[:2], *policy, *sizing[2:], *calibration,
+                         np.ones(5), tokens[0], parents[0], probs[0], *ints[1:5])
+    step_trees(np.zeros((1, widest + 1), np.int64), tokens[0][:, :widest], parents[0][:, :widest], ints[1],
+               probs[0][:, :widest], ints[2], ints[3], automata, scratches, *policy, *calibration, np.array([7]), 8,
+               ints[0], np.zeros((1, 8), np.int64), *ints[5:8], np.zeros((1, 8), np.int64), np.zeros((1, 9), np.int64),
+               np.zeros(1, np.bool_), np.zeros(2, np.int64), *sizing, np.ones(5), tokens[1], parents[1], probs[1],
+               *ints[8:11], ints[4])
 
 
 def _warm(hists, tables, states) -> None:
-    from .policy import _BUCKETS
-
-    buckets = len(_BUCKETS)
-    accepted, rejected, version = np.full(buckets, 3.0), np.ones(buckets), np.zeros(buckets, np.int64)
-    drafts, lens, ints = np.zeros((1, 8), np.int64), np.zeros(1, np.int64), [np.zeros(1, np.int64) for _ in range(5)]
-    widest = draft(hists, states, lens, 8, 4, np.array([0, 1, 3, 3, 7]), _BUCKETS, accepted, rejected, version,
-                   np.array([1.0, 1.1, 1.2, 1.3, 1.4]), np.zeros(buckets, np.int64), np.full(buckets, -1), drafts,
-                   *ints[:3])
-    accept(np.zeros((1, widest + 1), np.int64), drafts[:, :widest], ints[0], ints[1], hists, tables, states, 4, 1,
-           _BUCKETS, accepted, rejected, version, np.array([7]), 8, lens, np.zeros((1, 8), np.int64), *ints[2:],
-           np.zeros(1, np.bool_), np.zeros(2, np.int64))
+    policy, sizing = _policy_and_sizing()
+    drafts, lens, ints = np.zeros((2, 1, 8), np.int64), np.zeros(1, np.int64), [np.zeros(1, np.int64) for _ in range(8)]
+    widest = draft(hists, states, lens, 8, *sizing[:2], *policy, *sizing[2:], drafts[0], *ints[:3])
+    step(np.zeros((1, widest + 1), np.int64), drafts[0][:, :widest], ints[0], ints[1], hists, tables, states, 4, 1,
+         *policy, np.array([7]), 8, lens, np.zeros((1, 8), np.int64), *ints[3:6], np.zeros(1, np.bool_),
+         np.zeros(2, np.int64), *sizing, drafts[1], ints[6], ints[7], ints[2])

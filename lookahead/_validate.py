@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import inspect
+import weakref
 
 import torch
 
@@ -21,8 +22,8 @@ def check_model(model) -> None:
         raise TypeError(
             f"model must be a causal language model with an LM head (AutoModelForCausalLM), got {name}"
         )
-    params = inspect.signature(model.forward).parameters
-    if not {"cache", "past_key_values"} & set(params) or "use_cache" not in params:
+    params = forward_parameters(model)
+    if not {"cache", "past_key_values"} & params or "use_cache" not in params:
         raise TypeError(f"model must accept a KV cache (cache= or past_key_values=) and use_cache to decode with a KV "
                         f"cache; {name} does not")
 
@@ -30,7 +31,24 @@ def check_model(model) -> None:
 def cache_kwarg(model) -> str:
     """The keyword a model's forward takes its KV cache by: "cache" (transformers 5.24 on; `past_key_values` is
     deprecated there), else "past_key_values"."""
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    return "cache" if "cache" in forward_parameters(model) else "past_key_values"
+
+
+_PARAMETERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # forward function -> its parameter names
+
+
+def forward_parameters(model) -> frozenset:
+    """The names of the parameters `model.forward` takes, kept per forward function (weakly: a wrapped forward is
+    freed with its model), since `inspect.signature` costs tens of microseconds and every call asks."""
+    forward = model.forward
+    key = getattr(forward, "__func__", forward)
+    try:
+        return _PARAMETERS[key]
+    except KeyError:
+        names = _PARAMETERS[key] = frozenset(inspect.signature(forward).parameters)
+        return names
+    except TypeError:  # a forward that takes no weak reference: asked every time
+        return frozenset(inspect.signature(forward).parameters)
 
 
 def check_lookup(lookup: str) -> str:

@@ -3,11 +3,13 @@ decoder-only model) and greedy trees from `SuffixIndex`es, with no logits proces
 recorded scores.
 
 Such a step's host work is what the sizing policy's `draft`, `DraftBatch.pack`, greedy acceptance, the policy's
-`update`, `Stopper.keep` and the index's `extend` do, some forty small Python and numpy operations; here they are two
-numba calls (`_fused_kernels`), and what is left in Python is the target's own: its forward (`verify_ids`: the
-argmax without scores) and commit. The steps, the drafts and the tokens are those of the unfused loop
-(tests/test_fused.py checks it), so `generate`'s loop hands its rows to `run_rows` until one finishes, then drops it
-as always (reference: gpt-fast and vLLM keep a decoding step's host side to a few calls for the same reason).
+`update`, `Stopper.keep` and the index's `extend` do, some forty small Python and numpy operations; here they are one
+numba call a step (`_fused_kernels.step`: this step's acceptance, then the next step's draft), and what is left in
+Python is the target's own: its forward (`verify_ids`: the argmax without scores) and commit. The prefill's token is
+taken by the same call, as the acceptance of an empty draft. The steps, the drafts and the tokens are those of the
+unfused loop (tests/test_fused.py checks it), so `generate`'s loop hands its rows to `run_rows` until one finishes,
+then drops it as always (reference: gpt-fast and vLLM keep a decoding step's host side to a few calls for the same
+reason).
 """
 from __future__ import annotations
 
@@ -39,7 +41,7 @@ def fused(target, rows, run, max_new: int, clock):
 
 
 class _Fused:
-    """Runs a call's steps two kernels a step (see module docstring).
+    """Runs a call's steps, one kernel call a step (see module docstring).
 
     Args:
         target: a `CausalLM` or `StaticCausalLM`.
@@ -61,27 +63,36 @@ class _Fused:
         self.pads = np.array([target.padded(n) for n in range(self.budget + 1)], dtype=np.int64)
         self._held = None  # (row ids, typed lists of their index arrays), kept across `run_rows` calls
 
-    def run_rows(self, rows, outs: list) -> list:
+    def run_rows(self, rows, outs: list, prefill=None) -> list:
         """Step `rows` (the loop's `_Rows`) until one of them is done; append the new tokens to `outs`; return
-        which rows are done, as the loop's `_append` does."""
+        which rows are done, as the loop's `_append` does. After the first draft each step is one kernel call: it
+        accepts the step's drafts and drafts the next step's (into the other of two draft buffers). `prefill`: the
+        prefill's logits [r, 1, V], whose token is taken first (an empty draft's step, with no commit)."""
         r, run, target = len(rows.ids), self.run, self.target
         lists = self._arrays(rows)
         lens = np.array([len(outs[i]) for i in rows.ids], dtype=np.int64)
         start, out = lens.copy(), np.empty((r, self.max_new), dtype=np.int64)  # written before it is read
         s = self._step_buffers(r, lens, out, rows.last)
+        now, later = self._drafts(r), self._drafts(r)  # this step's drafts, the next step's
         finished = 0
-        while not finished:
-            batch = self._draft(lists, s)
+        if prefill is None:
+            batch = self._batch(now, self._draft(lists, s, now))
             self.clock.lap("draft")
+        else:
+            finished, lists = self._accept(target.argmax(prefill), self._batch(now, 0), rows, lists, s, now, later)
+            run.forwards += 1
+            self.clock.lap("prefill")
+            now, later = later, now
+            batch = self._batch(now, s["widest"])
+        while not finished:
             targets = target.verify_ids(rows.last, batch, run.stats)  # [r, N + 1]
             self.clock.lap("forward")
-            while (finished := self._accept(targets, batch, lists, s)) < 0:
-                for ix in rows.indexes:  # an index must grow first: the kernel changed nothing
-                    ix._reserve(batch.width + 1)
-                lists = self._arrays(rows, grown=True)
+            finished, lists = self._accept(targets, batch, rows, lists, s, now, later)
             target.commit(batch, self._verdict(batch, s))
             run.forwards += 1
-            self.clock.lap("accept")
+            self.clock.lap("accept")  # the next step's draft included
+            now, later = later, now
+            batch = self._batch(now, s["widest"])
         run.stats.draft_tokens += int(s["totals"][0])
         run.stats.accepted_tokens += int(s["totals"][1])
         for k, rid in enumerate(rows.ids):
@@ -89,12 +100,31 @@ class _Fused:
         self._settle(rows.indexes)
         return s["done"].tolist()
 
+    def _accept(self, targets, batch: DraftBatch, rows, lists, s: dict, now: dict, later: dict) -> tuple:
+        """`_step`, after growing the indexes where they must grow first; (rows done, the index arrays)."""
+        while (finished := self._step(targets, batch, lists, s, now, later)) < 0:
+            for ix in rows.indexes:  # the kernel changed nothing
+                ix._reserve(batch.width + 1)
+            lists = self._arrays(rows, grown=True)
+        return finished, lists
+
     def _step_buffers(self, r: int, lens: np.ndarray, out: np.ndarray, last: np.ndarray) -> dict:
-        """The arrays the kernels read and write for r rows, by name (allocated once per `run_rows`)."""
-        ints = ("sizes", "matches", "budgets", "counts", "bonus", "depths", "nodes")
-        return {**{name: np.zeros(r, dtype=np.int64) for name in ints}, "lens": lens, "out": out, "last": last,
-                "done": np.zeros(r, dtype=np.bool_), "totals": np.zeros(2, dtype=np.int64),
-                "tokens": np.zeros((r, max(self.budget, 1)), dtype=np.int64)}
+        """The arrays the kernels read and write for r rows, by name (allocated once per `run_rows`), and the
+        kernels' arguments that stay the same for the whole call."""
+        policy = self.run.sizing.length
+        return {**{name: np.zeros(r, dtype=np.int64) for name in ("budgets", "counts", "bonus")}, "lens": lens,
+                "out": out, "last": last, "done": np.zeros(r, dtype=np.bool_), "totals": np.zeros(2, dtype=np.int64),
+                "policy": (_BUCKETS, policy.accepted, policy.rejected, policy.version),
+                "sizing": (self.pads, *policy.tables(r)), "widest": 0}
+
+    def _drafts(self, r: int) -> dict:
+        """One step's draft buffers for r rows: tokens [r, budget], sizes [r], the matches behind them [r]."""
+        return {"tokens": np.zeros((r, max(self.budget, 1)), dtype=np.int64), "sizes": np.zeros(r, dtype=np.int64),
+                "matches": np.zeros(r, dtype=np.int64)}
+
+    def _batch(self, d: dict, widest: int) -> DraftBatch:
+        """The `DraftBatch` of chain drafts d, `widest` columns."""
+        return DraftBatch(None, d["tokens"][:, :widest], _chain_parents(len(d["sizes"]), widest), d["sizes"], True)
 
     def _arrays(self, rows, grown: bool = False) -> tuple:
         """The rows' index arrays as the kernels take them, one sequence per name of `arrays`: a tuple each for one
@@ -130,18 +160,17 @@ class FusedChains(_Fused):
         super().__init__(target, run, max_new, clock, indexes)
         self.ngram = (indexes[0].max_ngram, indexes[0].min_ngram) if indexes else None  # the call's n-gram settings
 
-    def _draft(self, lists, s: dict) -> DraftBatch:
-        policy, r = self.run.sizing.length, len(s["lens"])
-        widest = K.draft(lists[0], lists[2], s["lens"], self.max_new, policy.max_tokens, self.pads, _BUCKETS,
-                         policy.accepted, policy.rejected, policy.version, *policy.tables(r), s["tokens"], s["sizes"],
-                         s["matches"], s["budgets"])
-        return DraftBatch(None, s["tokens"][:, :widest], _chain_parents(r, widest), s["sizes"], True)
+    def _draft(self, lists, s: dict, d: dict) -> int:
+        """The first step's drafts into d; returns their width."""
+        return K.draft(lists[0], lists[2], s["lens"], self.max_new, self.budget, s["sizing"][0], *s["policy"],
+                       *s["sizing"][1:], d["tokens"], d["sizes"], d["matches"], s["budgets"])
 
-    def _accept(self, targets, batch: DraftBatch, lists, s: dict) -> int:
-        policy = self.run.sizing.length
-        return K.accept(targets, batch.tokens, s["sizes"], s["matches"], *lists, *self.ngram,
-                        _BUCKETS, policy.accepted, policy.rejected, policy.version, self.eos, self.max_new, s["lens"],
-                        s["out"], s["last"], s["counts"], s["bonus"], s["done"], s["totals"])
+    def _step(self, targets, batch: DraftBatch, lists, s: dict, now: dict, later: dict) -> int:
+        finished, s["widest"] = K.step(
+            targets, batch.tokens, now["sizes"], now["matches"], *lists, *self.ngram, *s["policy"], self.eos,
+            self.max_new, s["lens"], s["out"], s["last"], s["counts"], s["bonus"], s["done"], s["totals"],
+            self.budget, *s["sizing"], later["tokens"], later["sizes"], later["matches"], s["budgets"])
+        return finished
 
     def _verdict(self, batch: DraftBatch, s: dict) -> Verdict:
         return Verdict(s["counts"], s["bonus"])
@@ -168,18 +197,16 @@ class FusedSuffixChains(_FusedSuffix):
 
     warm_up = staticmethod(functools.cache(K.warm_up_suffix_chains))
 
-    def _draft(self, lists, s: dict) -> DraftBatch:
-        policy, r = self.run.sizing.length, len(s["lens"])
-        widest = K.draft_suffix(*lists, s["lens"], self.max_new, policy.max_tokens, self.pads, _BUCKETS,
-                                policy.accepted, policy.rejected, policy.version, *policy.tables(r), s["tokens"],
-                                s["sizes"], s["matches"], s["budgets"])
-        return DraftBatch(None, s["tokens"][:, :widest], _chain_parents(r, widest), s["sizes"], True)
+    def _draft(self, lists, s: dict, d: dict) -> int:
+        return K.draft_suffix(*lists, s["lens"], self.max_new, self.budget, s["sizing"][0], *s["policy"],
+                              *s["sizing"][1:], d["tokens"], d["sizes"], d["matches"], s["budgets"])
 
-    def _accept(self, targets, batch: DraftBatch, lists, s: dict) -> int:
-        policy = self.run.sizing.length
-        return K.accept_suffix(targets, batch.tokens, s["sizes"], s["matches"], lists[0], _BUCKETS, policy.accepted,
-                               policy.rejected, policy.version, self.eos, self.max_new, s["lens"], s["out"],
-                               s["last"], s["counts"], s["bonus"], s["done"], s["totals"])
+    def _step(self, targets, batch: DraftBatch, lists, s: dict, now: dict, later: dict) -> int:
+        finished, s["widest"] = K.step_suffix(
+            targets, batch.tokens, now["sizes"], now["matches"], *lists, *s["policy"], self.eos, self.max_new,
+            s["lens"], s["out"], s["last"], s["counts"], s["bonus"], s["done"], s["totals"], self.budget,
+            *s["sizing"], later["tokens"], later["sizes"], later["matches"], s["budgets"])
+        return finished
 
     _verdict = FusedChains._verdict
 
@@ -190,29 +217,36 @@ class FusedTrees(_FusedSuffix):
     warm_up = staticmethod(functools.cache(K.warm_up_trees))
 
     def _step_buffers(self, r: int, lens: np.ndarray, out: np.ndarray, last: np.ndarray) -> dict:
+        width, sizing = max(self.budget, 1), self.run.sizing
+        cal = sizing.calibration
+        return {**super()._step_buffers(r, lens, out, last), "paths": np.zeros((r, width), dtype=np.int64),
+                "cols": np.zeros((r, width + 1), dtype=np.int64), "nodes": np.zeros(r, dtype=np.int64),
+                "in_place": True, "calibration": (cal.EDGES, cal.accepted, cal.seen, cal.prior),
+                "step_costs": sizing._step_costs(r)}
+
+    def _drafts(self, r: int) -> dict:
+        """One step's tree buffers for r rows: tokens, parents, probs [r, budget], sizes, matches and the chain
+        floor's depths [r]."""
         width = max(self.budget, 1)
-        return {**super()._step_buffers(r, lens, out, last), "parents": np.zeros((r, width), dtype=np.int64),
-                "probs": np.zeros((r, width)), "paths": np.zeros((r, width), dtype=np.int64),
-                "cols": np.zeros((r, width + 1), dtype=np.int64), "in_place": True}
+        return {**super()._drafts(r), "parents": np.zeros((r, width), dtype=np.int64), "probs": np.zeros((r, width)),
+                "depths": np.zeros(r, dtype=np.int64)}
 
-    def _draft(self, lists, s: dict) -> DraftBatch:
-        sizing, r = self.run.sizing, len(s["lens"])
-        policy, cal = sizing.length, sizing.calibration
-        widest = K.draft_trees(*lists, s["lens"], self.max_new, self.budget, self.pads, _BUCKETS, policy.accepted,
-                               policy.rejected, policy.version, *policy.tables(r), cal.EDGES, cal.accepted, cal.seen,
-                               cal.prior, sizing._step_costs(r), s["tokens"], s["parents"], s["probs"], s["sizes"],
-                               s["matches"], s["depths"], s["nodes"])
-        return DraftBatch(None, s["tokens"][:, :widest], s["parents"][:, :widest], s["sizes"], False,
-                          s["probs"][:, :widest])
+    def _batch(self, d: dict, widest: int) -> DraftBatch:
+        return DraftBatch(None, d["tokens"][:, :widest], d["parents"][:, :widest], d["sizes"], False,
+                          d["probs"][:, :widest])
 
-    def _accept(self, targets, batch: DraftBatch, lists, s: dict) -> int:
-        sizing = self.run.sizing
-        policy, cal = sizing.length, sizing.calibration
-        finished, s["in_place"] = K.accept_trees(
-            targets, batch.tokens, batch.parents, s["sizes"], batch.probs, s["matches"], s["depths"], lists[0],
-            _BUCKETS, policy.accepted, policy.rejected, policy.version, cal.EDGES, cal.accepted, cal.seen, self.eos,
-            self.max_new, s["lens"], s["out"], s["last"], s["counts"], s["bonus"], s["paths"], s["cols"], s["done"],
-            s["totals"])
+    def _draft(self, lists, s: dict, d: dict) -> int:
+        return K.draft_trees(*lists, s["lens"], self.max_new, self.budget, s["sizing"][0], *s["policy"],
+                             *s["sizing"][1:], *s["calibration"], s["step_costs"], d["tokens"], d["parents"],
+                             d["probs"], d["sizes"], d["matches"], d["depths"], s["nodes"])
+
+    def _step(self, targets, batch: DraftBatch, lists, s: dict, now: dict, later: dict) -> int:
+        finished, s["in_place"], s["widest"] = K.step_trees(
+            targets, batch.tokens, batch.parents, now["sizes"], batch.probs, now["matches"], now["depths"], *lists,
+            *s["policy"], *s["calibration"], self.eos, self.max_new, s["lens"], s["out"], s["last"], s["counts"],
+            s["bonus"], s["paths"], s["cols"], s["done"], s["totals"], self.budget, *s["sizing"], s["step_costs"],
+            later["tokens"], later["parents"], later["probs"], later["sizes"], later["matches"], later["depths"],
+            s["nodes"])
         return finished
 
     def _verdict(self, batch: DraftBatch, s: dict) -> Verdict:

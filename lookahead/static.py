@@ -19,7 +19,6 @@ not, is `static_mode`'s decision.
 """
 from __future__ import annotations
 
-import inspect
 import logging
 import threading
 import weakref
@@ -28,7 +27,7 @@ import numpy as np
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
-from ._validate import cache_kwarg
+from ._validate import cache_kwarg, forward_parameters
 from .verify import _kernels as K
 from .verify.rules import argmax
 
@@ -410,7 +409,7 @@ def prompt_positions(mask: torch.Tensor) -> torch.Tensor:
 
 def last_logits_only(model) -> dict:
     """The forward keyword that computes logits at the last position only, where the model takes it."""
-    return {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
+    return {"logits_to_keep": 1} if "logits_to_keep" in forward_parameters(model) else {}
 
 
 def _compacted(live: int, compiled: bool) -> int:

@@ -93,6 +93,20 @@ def test_rejects_a_model_that_cannot_use_a_cache():
         generate(model, IDS)
 
 
+def test_a_forward_replaced_on_the_model_is_checked_anew(model):
+    """What a model's forward takes is kept per forward function: a forward set on the instance after a call that
+    succeeded (a wrapper taking no cache) is refused, and the class's own is accepted again once it is removed."""
+    ids = torch.tensor([[0, 5, 6, 7]])
+    expected = generate(model, ids, max_new_tokens=4)
+    model.forward = lambda input_ids, attention_mask=None: type(model).forward(model, input_ids, attention_mask)
+    try:
+        with pytest.raises(TypeError, match=r"must accept a KV cache \(cache= or past_key_values=\)"):
+            generate(model, ids, max_new_tokens=4)
+    finally:
+        del model.forward
+    assert torch.equal(generate(model, ids, max_new_tokens=4), expected)
+
+
 @pytest.mark.parametrize("mask", [torch.tensor([[False, True, True, True]]), torch.tensor([[0.0, 1.0, 1.0, 1.0]])])
 def test_bool_and_float_attention_masks_are_accepted(model, mask):
     """A bool or float mask means what transformers takes it to mean."""

@@ -23,9 +23,9 @@ def runs(monkeypatch):
     calls = []
     original = fused._Fused.run_rows
 
-    def counted(self, rows, outs):
+    def counted(self, rows, outs, *prefill):
         calls.append((type(self).__name__, len(rows.ids)))
-        return original(self, rows, outs)
+        return original(self, rows, outs, *prefill)
 
     monkeypatch.setattr(fused._Fused, "run_rows", counted)
     return calls
@@ -101,6 +101,25 @@ def test_an_eos_inside_an_accepted_draft_ends_the_row_there(stories, monkeypatch
     assert torch.equal(fused[0], expected)
     _same(fused, plain)
     assert (min(fused[1].new_tokens_by_row) < 40) == bool(eos)
+
+
+@pytest.mark.parametrize("cache", ["static", "dynamic"])
+@pytest.mark.parametrize("kind", [{}, SUFFIX, TREES])
+@pytest.mark.parametrize("limit", [1, 2])
+def test_the_prefills_token_is_taken_by_the_fused_step(stories, monkeypatch, runs, cache, kind, limit):
+    """The fused loop takes each row's first token, the prefill's: a row whose first token is an eos id, or whose
+    limit is one token, is done there (the fused loop's first call returns it), as in the unfused loop."""
+    ids, mask = _story_batch(stories)
+    first = stories.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=1)[:, -1].tolist()
+    eos = [first[1]] if first[1] not in (first[0], first[2]) else []
+    kwargs = dict(max_new_tokens=limit, cache_implementation=cache, attention_mask=mask, eos_token_id=eos, **kind)
+    fused, plain = _both(monkeypatch, stories, ids, **kwargs)
+    expected = stories.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=limit, eos_token_id=eos,
+                                pad_token_id=eos[0] if eos else 0)
+    assert eos and torch.equal(fused[0], expected)
+    _same(fused, plain)
+    assert fused[1].new_tokens_by_row[1] == 1 and fused[1].forwards_by_row[1] == 1
+    assert runs[0] == (KINDS[kind.get("lookup"), kind.get("draft")], 3)
 
 
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])

@@ -126,6 +126,7 @@ class _State:
         self.prompt_valid = torch.zeros((batch, slots), dtype=torch.bool, device=device)
         self.start = torch.zeros((), dtype=torch.long, device=device)  # first slot after the prompts
         self.inputs, self.outputs, self.graphs = {}, {}, {}  # outputs: width -> (logits, argmax) of its graph
+        self.host = {}  # width -> (the step inputs on the host: pinned on CUDA, `inputs` itself on a CPU; numpy view)
         self.argmax = argmax_in_step(device)  # the step also takes the argmax of its logits, on the device
         self.pool, self.eager = None, False  # eager: capturing failed once, so this state runs without graphs
         # step(model, state, inputs): the model is an argument, so that torch.compile traces into it (a weak proxy
@@ -217,6 +218,7 @@ class StaticCausalLM:
         sizes = WIDTHS if compile_config is None else COMPILED_WIDTHS
         max_width = min(max_width, self.most)
         self.widths = [w for w in sizes if w < max_width + 1] + [_bucket(max_width + 1, sizes)]
+        self._fits = [next(w for w in self.widths if w >= n) for n in range(self.widths[-1] + 1)]  # n query tokens
         slots = p + max_new + self.widths[-1]
         check_static(model, slots)
         self.model, self.input_ids, self.mask, self.p = model, input_ids, mask, p
@@ -228,7 +230,6 @@ class StaticCausalLM:
         self.write = np.full(b, p, dtype=np.int64)  # [b] each row's next slot
         self.active = np.arange(b)  # rows of the call still running, in the loop's order
         self._active = torch.arange(b, device=model.device)  # the same on the device
-        self.host = {}  # width -> (pinned host copy of the step inputs, its numpy view)
         self.keep_logits = keep_logits  # a step's logits are read after the next step (recorded for the output)
         self._ids = (None, None, None, 0)  # the latest step's (logits, argmax on the device [b, width] or None,
         # running rows (None: all), columns)
@@ -287,7 +288,7 @@ class StaticCausalLM:
     def _launch(self, last: np.ndarray, batch, stats) -> tuple:
         """Fill the step's inputs and run it: ((logits [b, width, V], argmax [b, width] or None), whether they are
         a replayed graph's outputs)."""
-        width = next(w for w in self.widths if w >= batch.width + 1)
+        width = self._fits[batch.width + 1]
         K.static_inputs(self._host(width), self.active, np.asarray(last, dtype=np.int64), batch.tokens, batch.parents,
                         self.pos, self.write, width, _BIT)
         out = self._run(width)
@@ -347,27 +348,30 @@ class StaticCausalLM:
         self.state, self.write, self.pos = new, self.write[src], self.pos[src]
         self.active = np.arange(live)
         self._active = torch.arange(live, device=self.model.device)
-        self.host = {}
 
     def _host(self, width: int) -> np.ndarray:
-        """The pinned host buffer of a step's inputs (a numpy view [b, 3 * width + 1]): tokens, positions, the next
-        slot, and per query the step columns it sees as the bits of one int64."""
-        if width not in self.host:
-            b = len(self.write)
-            buf = torch.zeros((b, 3 * width + 1), dtype=torch.long)
-            buf = buf.pin_memory() if self.cuda else buf
-            self.host[width] = buf, buf.numpy()
-        return self.host[width][1]
-
-    def _run(self, width: int) -> tuple:
-        """Copy the step inputs to the device and run the step of `width` (a CUDA graph once captured): its
-        (logits, argmax) (`_State.run`), the graph's own outputs when replayed."""
+        """The host buffer of a step's inputs (a numpy view [b, 3 * width + 1]): tokens, positions, the next slot, and
+        per query the step columns it sees as the bits of one int64. Kept by the state, so later calls reuse it; on
+        a CPU it is the step's input tensor itself (nothing is copied), on CUDA a pinned buffer copied from."""
         state = self.state
-        if width not in state.inputs:
-            state.inputs[width] = torch.zeros_like(self.host[width][0], device=self.model.device)
+        if width not in state.host:
+            buf = torch.zeros((len(self.write), 3 * width + 1), dtype=torch.long)
+            if self.cuda:
+                buf = buf.pin_memory()
+                state.inputs[width] = torch.zeros_like(buf, device=self.model.device)
+            else:
+                state.inputs[width] = buf
             if state.compiled:
                 _batch_dynamic(state.inputs[width], 0)
-        state.inputs[width].copy_(self.host[width][0], non_blocking=True)
+            state.host[width] = buf, buf.numpy()
+        return state.host[width][1]
+
+    def _run(self, width: int) -> tuple:
+        """Copy the step inputs to the device (CUDA) and run the step of `width` (a CUDA graph once captured): its
+        (logits, argmax) (`_State.run`), the graph's own outputs when replayed."""
+        state = self.state
+        if self.cuda:
+            state.inputs[width].copy_(state.host[width][0], non_blocking=True)
         if not self.graphs or state.eager:
             return state.run(self.model, width)
         if width not in state.graphs:

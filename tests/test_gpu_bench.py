@@ -145,6 +145,12 @@ def test_host_overhead_rows(setup):
     assert [(r.batch, r.method) for r in rows] == [(b, m) for b in (1, 3) for m in host.METHODS]
     assert all(r.mismatches == 0 and np.isfinite(r.ratio) for r in rows)
     assert "| 1 | lookahead-suffix-tree |" in host.markdown(rows) and "<= 0.30x" in host.markdown(rows)
+    for r in rows:  # the host time split where it falls adds up to the host time per step
+        start, between, end, per_call = r.split
+        calls = r.steps / per_call
+        total = calls * (start + end) + (r.steps - calls) * between
+        assert min(start, between, end) > 0 and total / r.steps == pytest.approx(r.host_ms[0])
+    assert "| 3 | hf-greedy |" in host.split_markdown(rows)
 
 
 def test_folded_traces_fit_a_small_vocabulary_and_keep_their_copies():

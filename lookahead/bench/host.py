@@ -38,6 +38,8 @@ class HostRow:
     tokens: int
     mismatches: int
     phases: dict              # lookahead's host ms per step by phase (median round; empty for transformers)
+    split: tuple = ()         # (ms per call after the prefill, ms per gap between steps, ms per call after the last
+    # forward, steps per call): the host time of the median round, split where it falls
     ratio: float = float("nan")  # median host time over hf-greedy's at the same batch size
 
 
@@ -73,7 +75,30 @@ def _row(batch: int, method: str, runs: list) -> HostRow:
     steps = max(median.steps, 1)
     phases = {k: 1e3 * median.phases.get(k, 0.0) / steps for k in ("draft", "accept", "commit") if median.phases}
     return HostRow(batch, method, spread(host), 1e3 * median.forward_seconds / steps, median.steps, median.tokens,
-                   sum(s.mismatches for s in runs), phases)
+                   sum(s.mismatches for s in runs), phases, _split(median))
+
+
+def _split(s) -> tuple:
+    """(ms per call from the end of the prefill to the first step's forward, ms per gap between two steps' forwards,
+    ms per call from the end of the last forward to the end of the call, steps per call), or () when the forwards were
+    not seen."""
+    gaps = s.steps - s.calls  # a call of n steps after its prefill has n - 1 gaps between them
+    if not s.calls or gaps <= 0:
+        return ()
+    between = s.decode_seconds - s.forward_seconds - s.start_seconds - s.end_seconds
+    return 1e3 * s.start_seconds / s.calls, 1e3 * between / gaps, 1e3 * s.end_seconds / s.calls, s.steps / s.calls
+
+
+def split_markdown(rows: list) -> str:
+    """Where each method's host time falls: once per call (after the prefill, until the first step's forward; after
+    the last forward, until the call returns) and between two steps' forwards, in ms, with the steps per call."""
+    lines = ["| batch | method | host ms/step | per call: after the prefill | between two forwards | per call: after the "
+             "last forward | steps per call |", "| ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        if r.split:
+            lines.append(f"| {r.batch} | {r.method} | {r.host_ms[0]:.3f} | {r.split[0]:.3f} | {r.split[1]:.3f} | "
+                         f"{r.split[2]:.3f} | {r.split[3]:.1f} |")
+    return "\n".join(lines)
 
 
 def markdown(rows: list) -> str:

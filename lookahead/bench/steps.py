@@ -37,9 +37,13 @@ class Sample:
     mismatches: int = 0          # rows whose new tokens differ from the recording
     drafted: int = 0             # draft tokens (or tree nodes) verified, all rows (lookahead's GenerationStats)
     phases: dict = field(default_factory=dict)  # lookahead's GenerationStats.seconds, summed, when reported
+    calls: int = 0               # calls whose every forward was seen (the next two are theirs)
+    start_seconds: float = 0.0   # from the end of each call's prefill to the start of its first step's forward
+    end_seconds: float = 0.0     # from the end of each call's last forward to the end of the call
 
     def add(self, other: "Sample") -> None:
-        for name in ("seconds", "decode_seconds", "forward_seconds", "tokens", "steps", "mismatches", "drafted"):
+        for name in ("seconds", "decode_seconds", "forward_seconds", "tokens", "steps", "mismatches", "drafted",
+                     "calls", "start_seconds", "end_seconds"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for key, value in other.phases.items():
             self.phases[key] = self.phases.get(key, 0.0) + value
@@ -79,6 +83,10 @@ def call_sample(model, method, batch: Batch, forced, timer, eos: int, compiled: 
     sample.steps = (stats.forward_passes if stats is not None else forwards) - 1
     if seen and seen == sample.steps + 1:
         sample.decode_seconds, sample.forward_seconds = call.decode_seconds, float(call.durations[1:].sum())
+        if seen > 1:
+            ends = call.starts + call.durations
+            sample.calls, sample.start_seconds = 1, float(call.starts[1] - ends[0])
+            sample.end_seconds = call.seconds - float(ends[-1])
     elif seen and compiled and seen == sample.steps:  # graph replays only: the (compiled) prefill went unseen
         sample.decode_seconds = call.seconds - float(call.starts[0])  # from the first replay (less one step's host)
         sample.forward_seconds = float(call.durations.sum())

@@ -73,7 +73,7 @@ class _Fused:
         lens = np.array([len(outs[i]) for i in rows.ids], dtype=np.int64)
         start, out = lens.copy(), np.empty((r, self.max_new), dtype=np.int64)  # written before it is read
         s = self._step_buffers(r, lens, out, rows.last)
-        now, later = self._drafts(r), self._drafts(r)  # this step's drafts, the next step's
+        now, later = self._drafts(r)  # this step's drafts, the next step's
         finished = 0
         if prefill is None:
             batch = self._batch(now, self._draft(lists, s, now))
@@ -117,10 +117,11 @@ class _Fused:
                 "policy": (_BUCKETS, policy.accepted, policy.rejected, policy.version),
                 "sizing": (self.pads, *policy.tables(r)), "widest": 0}
 
-    def _drafts(self, r: int) -> dict:
-        """One step's draft buffers for r rows: tokens [r, budget], sizes [r], the matches behind them [r]."""
-        return {"tokens": np.zeros((r, max(self.budget, 1)), dtype=np.int64), "sizes": np.zeros(r, dtype=np.int64),
-                "matches": np.zeros(r, dtype=np.int64)}
+    def _drafts(self, r: int) -> tuple:
+        """Two steps' draft buffers for r rows (this step's, the next one's), each tokens [r, budget], sizes [r] and
+        the matches behind them [r] (two allocations: each costs more than the kernel's work on a small batch)."""
+        tokens, ints = np.zeros((2, r, max(self.budget, 1)), dtype=np.int64), np.zeros((2, 2, r), dtype=np.int64)
+        return tuple({"tokens": tokens[i], "sizes": ints[i, 0], "matches": ints[i, 1]} for i in range(2))
 
     def _batch(self, d: dict, widest: int) -> DraftBatch:
         """The `DraftBatch` of chain drafts d, `widest` columns."""
@@ -224,12 +225,14 @@ class FusedTrees(_FusedSuffix):
                 "in_place": True, "calibration": (cal.EDGES, cal.accepted, cal.seen, cal.prior),
                 "step_costs": sizing._step_costs(r)}
 
-    def _drafts(self, r: int) -> dict:
-        """One step's tree buffers for r rows: tokens, parents, probs [r, budget], sizes, matches and the chain
-        floor's depths [r]."""
+    def _drafts(self, r: int) -> tuple:
+        """Two steps' tree buffers for r rows, each with parents and probs [r, budget] and the chain floor's depths
+        [r] besides the chains' buffers."""
         width = max(self.budget, 1)
-        return {**super()._drafts(r), "parents": np.zeros((r, width), dtype=np.int64), "probs": np.zeros((r, width)),
-                "depths": np.zeros(r, dtype=np.int64)}
+        parents, probs = np.zeros((2, r, width), dtype=np.int64), np.zeros((2, r, width))
+        depths = np.zeros((2, r), dtype=np.int64)
+        return tuple({**d, "parents": parents[i], "probs": probs[i], "depths": depths[i]}
+                     for i, d in enumerate(super()._drafts(r)))
 
     def _batch(self, d: dict, widest: int) -> DraftBatch:
         return DraftBatch(None, d["tokens"][:, :widest], d["parents"][:, :widest], d["sizes"], False,

@@ -19,6 +19,7 @@ import numpy as np
 from numba import typed
 
 from . import _fused_kernels as K
+from . import _fused_warmup as W
 from .index.ngram import NgramIndex
 from .index.suffix import SuffixIndex
 from .policy import _BUCKETS
@@ -155,7 +156,7 @@ class FusedChains(_Fused):
     """Greedy chains from `NgramIndex`es, fused (`K.draft`, `K.accept`)."""
 
     arrays = ("_hist", "_table", "_state")
-    warm_up = staticmethod(functools.cache(K.warm_up_chains))
+    warm_up = staticmethod(functools.cache(W.warm_up_chains))
 
     def __init__(self, target, run, max_new: int, clock, indexes: list):
         super().__init__(target, run, max_new, clock, indexes)
@@ -196,7 +197,7 @@ class _FusedSuffix(_Fused):
 class FusedSuffixChains(_FusedSuffix):
     """Greedy chains from `SuffixIndex`es, fused (`K.draft_suffix`, `K.accept_suffix`)."""
 
-    warm_up = staticmethod(functools.cache(K.warm_up_suffix_chains))
+    warm_up = staticmethod(functools.cache(W.warm_up_suffix_chains))
 
     def _draft(self, lists, s: dict, d: dict) -> int:
         return K.draft_suffix(*lists, s["lens"], self.max_new, self.budget, s["sizing"][0], *s["policy"],
@@ -215,7 +216,7 @@ class FusedSuffixChains(_FusedSuffix):
 class FusedTrees(_FusedSuffix):
     """Greedy trees from `SuffixIndex`es, fused (`K.draft_trees`, `K.accept_trees`)."""
 
-    warm_up = staticmethod(functools.cache(K.warm_up_trees))
+    warm_up = staticmethod(functools.cache(W.warm_up_trees))
 
     def _step_buffers(self, r: int, lens: np.ndarray, out: np.ndarray, last: np.ndarray) -> dict:
         width, sizing = max(self.budget, 1), self.run.sizing

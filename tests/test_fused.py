@@ -270,3 +270,21 @@ def test_tree_draft_kernel_keeps_what_tree_sizing_keeps():
         assert ints[1].tolist() == [d.match_length for d in expected]
         for k, d in enumerate(expected):
             assert np.allclose(probs[k, :len(d)], d.probs) and not probs[k, len(d):widest].any()
+
+
+def test_the_warm_ups_compile_every_kernel_signature_a_call_uses(stories):
+    """Calls of one row and of three (whose drafts are views numba types by another layout), chains and trees,
+    static and dynamic, compile no kernel specialisation beyond what the warm-ups compiled: none waits for numba."""
+    from lookahead import _fused_kernels as K, _fused_warmup as W
+
+    W.warm_up_chains(), W.warm_up_suffix_chains(), W.warm_up_trees()
+    names = ("draft", "draft_suffix", "draft_trees", "step", "step_suffix", "step_trees")
+    warm = {name: len(getattr(K, name).signatures) for name in names}
+    ids, mask = _story_batch(stories)
+    for kind in ({}, SUFFIX, TREES):
+        for cache in ("static", "dynamic"):
+            for rows in (slice(0, 1), slice(0, 3)):
+                out = generate(stories, ids[rows], attention_mask=mask[rows], max_new_tokens=30,
+                               cache_implementation=cache, **kind)
+                assert out.shape[0] == rows.stop
+    assert {name: len(getattr(K, name).signatures) for name in names} == warm

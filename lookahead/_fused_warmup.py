@@ -1,0 +1,97 @@
+"""Warm-ups of the fused step's kernels (`_fused_kernels`): each compiled (or loaded from numba's cache) on a small
+input for every argument type the loop passes, once per process, on the first fused call of its kind."""
+import numpy as np
+from numba import typed
+
+from ._fused_kernels import draft, draft_suffix, draft_trees, kept, step, step_suffix, step_trees
+
+
+def warm_up_chains() -> None:
+    """Compile (or load from cache) the chain kernels on a non-empty input, one row (tuples) and two (typed lists),
+    as the loop calls them (see `_warm`)."""
+    from .index.ngram import NgramIndex
+
+    index = NgramIndex(4)
+    index.extend(np.array([1, 2, 3, 1, 2], dtype=np.int64))
+    for hists, tables, states in ((index._hist,), (index._table,), (index._state,)), (
+            typed.List([index._hist] * 2), typed.List([index._table] * 2), typed.List([index._state] * 2)):
+        _warm(hists, tables, states)
+    for items in (index._hist, index._table, index._state):
+        kept(typed.List([items]), np.ones(1, np.bool_))
+
+
+def warm_up_trees() -> None:
+    """The same for the tree kernels."""
+    _warm_suffix(_warm_trees)
+
+
+def warm_up_suffix_chains() -> None:
+    """The same for the kernels of chains from suffix indexes."""
+    _warm_suffix(_warm_suffix_chains)
+
+
+def _warm_suffix(warm) -> None:
+    from .index.suffix import SuffixIndex
+
+    suffix = SuffixIndex()
+    suffix.extend(np.array([1, 2, 3, 1, 2], dtype=np.int64))
+    suffix._buffers(8)
+    for automata, scratches in ((suffix._arrays,), (suffix._scratch,)), (
+            typed.List([suffix._arrays] * 2), typed.List([suffix._scratch] * 2)):
+        warm(automata, scratches)
+    for items in (suffix._arrays, suffix._scratch):
+        kept(typed.List([items]), np.ones(1, np.bool_))
+
+
+def _policy_and_sizing() -> tuple:
+    """A length policy's arrays (edges, accepted, rejected, version) and a sizing (max tokens, pads, costs, table,
+    seen) for the warm-ups."""
+    from .policy import _BUCKETS
+
+    buckets = len(_BUCKETS)
+    policy = (_BUCKETS, np.full(buckets, 3.0), np.ones(buckets), np.zeros(buckets, np.int64))
+    sizing = (4, np.array([0, 1, 3, 3, 7]), np.array([1.0, 1.1, 1.2, 1.3, 1.4]), np.zeros(buckets, np.int64),
+              np.full(buckets, -1))
+    return policy, sizing
+
+
+def _warm(hists, tables, states) -> None:
+    """The chain kernels over r = len(hists) rows as the loop calls them: a step's drafts are the first columns of a
+    buffer, a view numba types by its layout (C-contiguous for one row or none drafted, else not), so each step
+    kernel is compiled for both layouts."""
+    (policy, sizing), r = _policy_and_sizing(), len(hists)
+    drafts, lens, ints = np.zeros((2, r, 8), np.int64), np.zeros(r, np.int64), [np.zeros(r, np.int64) for _ in range(8)]
+    widest = draft(hists, states, lens, 8, *sizing[:2], *policy, *sizing[2:], drafts[0], *ints[:3])
+    for width in {0, widest}:
+        step(np.zeros((r, width + 1), np.int64), drafts[0][:, :width], ints[0] * (width > 0), ints[1], hists, tables,
+             states, 4, 1, *policy, np.array([7]), 8, lens, np.zeros((r, 8), np.int64), *ints[3:6],
+             np.zeros(r, np.bool_), np.zeros(2, np.int64), *sizing, drafts[1], ints[6], ints[7], ints[2])
+
+
+def _warm_suffix_chains(automata, scratches) -> None:
+    """`_warm` for chains from suffix indexes."""
+    (policy, sizing), r = _policy_and_sizing(), len(automata)
+    drafts, lens, ints = np.zeros((2, r, 8), np.int64), np.zeros(r, np.int64), [np.zeros(r, np.int64) for _ in range(8)]
+    widest = draft_suffix(automata, scratches, lens, 8, *sizing[:2], *policy, *sizing[2:], drafts[0], *ints[:3])
+    for width in {0, widest}:
+        step_suffix(np.zeros((r, width + 1), np.int64), drafts[0][:, :width], ints[0] * (width > 0), ints[1],
+                    automata, scratches, *policy, np.array([7]), 8, lens, np.zeros((r, 8), np.int64), *ints[3:6],
+                    np.zeros(r, np.bool_), np.zeros(2, np.int64), *sizing, drafts[1], ints[6], ints[7], ints[2])
+
+
+def _warm_trees(automata, scratches) -> None:
+    """`_warm` for trees."""
+    from .policy import TreeCalibration
+
+    (policy, sizing), cal, r = _policy_and_sizing(), TreeCalibration(), len(automata)
+    calibration = (cal.EDGES, cal.accepted, cal.seen, cal.prior)
+    ints = [np.zeros(r, np.int64) for _ in range(12)]
+    tokens, parents, probs = np.zeros((2, r, 8), np.int64), np.zeros((2, r, 8), np.int64), np.zeros((2, r, 8))
+    widest = draft_trees(automata, scratches, ints[0], 8, *sizing[:2], *policy, *sizing[2:], *calibration,
+                         np.ones(5), tokens[0], parents[0], probs[0], *ints[1:5])
+    for w in {0, widest}:
+        step_trees(np.zeros((r, w + 1), np.int64), tokens[0][:, :w], parents[0][:, :w], ints[1] * (w > 0),
+                   probs[0][:, :w], ints[2], ints[3], automata, scratches, *policy, *calibration, np.array([7]), 8,
+                   ints[0], np.zeros((r, 8), np.int64), *ints[5:8], np.zeros((r, 8), np.int64),
+                   np.zeros((r, 9), np.int64), np.zeros(r, np.bool_), np.zeros(2, np.int64), *sizing, np.ones(5),
+                   tokens[1], parents[1], probs[1], *ints[8:11], ints[4])

@@ -254,9 +254,8 @@ class FusedTrees(_FusedSuffix):
         return finished
 
     def _verdict(self, batch: DraftBatch, s: dict) -> Verdict:
-        """Every row on its tree's first nodes: a chain's verdict (nothing moves); else the accepted paths."""
+        """Every row on its tree's first nodes: a chain's verdict (nothing moves); else the accepted paths'
+        columns."""
         if s["in_place"]:
             return Verdict(s["counts"], s["bonus"])
-        counts = s["counts"].tolist()
-        return Verdict(s["counts"], s["bonus"], [p[:a] for p, a in zip(s["paths"].tolist(), counts)],
-                       s["cols"][:, : 1 + max(counts)])
+        return Verdict(s["counts"], s["bonus"], cols=s["cols"][:, : 1 + int(s["counts"].max())], ordered=False)

@@ -309,12 +309,10 @@ class StaticCausalLM:
         every row accepted its first nodes in order: `Verdict.in_place`)."""
         rows = self.active
         if not verdict.in_place:
-            cols = verdict.columns()  # [b, W] root then accepted nodes
-            src = np.repeat(self.write[:, None], cols.shape[1], 1)
-            dst = src.copy()
-            src[rows] += cols
-            dst[rows] += np.arange(cols.shape[1])[None, :]
-            moves = torch.from_numpy(np.stack([src, dst]))
+            cols = verdict.columns()  # [r, W] root then accepted nodes
+            moves = np.empty((2, len(self.write), cols.shape[1]), dtype=np.int64)
+            K.pack_moves(self.write, rows, cols, moves)  # one call: the numpy operations cost more
+            moves = torch.from_numpy(moves)
             moves = moves.pin_memory() if self.cuda else moves
             moves = moves.to(self.model.device, non_blocking=True)
             self.state.cache.move(moves[0], moves[1])

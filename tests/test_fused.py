@@ -145,7 +145,7 @@ def test_fused_trees_pack_paths_off_the_first_one(stories, monkeypatch, cache):
 
     def recorded(self, batch, s):
         out = verdict(self, batch, s)
-        kinds.append(out.paths is None)
+        kinds.append(out.in_place)
         return out
 
     monkeypatch.setattr(fused.FusedTrees, "_verdict", recorded)

@@ -443,3 +443,25 @@ def test_static_inputs_kernel_matches_the_ancestry_matrix(data):
     host = np.full((b, 3 * width + 1), -5, dtype=np.int64)
     K.static_inputs(host, rows, last, tokens, parents, pos, write, width, _BIT)
     assert np.array_equal(host, _inputs_by_numpy(rows, last, tokens, parents, pos, write, width))
+
+
+@given(data=st.data())
+@settings(max_examples=60, deadline=None)
+def test_a_tree_commits_moves_pack_each_running_rows_path_behind_its_next_slot(data):
+    """`pack_moves`: a running row reads its root's and accepted nodes' slots (next slot + column) and writes them at
+    its next slots in order; every other batch row moves its next slot onto itself (a plain numpy reference)."""
+    from lookahead.verify import _kernels as K
+
+    b, w = data.draw(st.integers(1, 6)), data.draw(st.integers(1, 8))
+    rows = np.array(sorted(data.draw(st.sets(st.integers(0, b - 1), min_size=1))), dtype=np.int64)
+    write = np.array(data.draw(st.lists(st.integers(0, 500), min_size=b, max_size=b)), dtype=np.int64)
+    cols = np.zeros((len(rows), w + 3), dtype=np.int64)
+    for k in range(len(rows)):  # a root, then increasing node columns
+        cols[k, 1:w] = sorted(data.draw(st.sets(st.integers(1, 40), min_size=w - 1, max_size=w - 1)))
+    view = cols[:, :w]  # as the fused trees pass it: the first columns of a buffer
+    moves = np.full((2, b, w), -1, dtype=np.int64)
+    K.pack_moves(write, rows, view, moves)
+    src, dst = np.repeat(write[:, None], w, 1), np.repeat(write[:, None], w, 1)
+    src[rows] += view
+    dst[rows] += np.arange(w)[None, :]
+    assert np.array_equal(moves[0], src) and np.array_equal(moves[1], dst)

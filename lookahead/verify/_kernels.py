@@ -114,6 +114,22 @@ def advance(write, pos, rows, counts):
         pos[rows[k]] += counts[k] + 1
 
 
+@njit(cache=True)
+def pack_moves(write, rows, cols, moves):
+    """A static tree commit's slot moves (`SlotCache.move`) into moves [2, b, W]: each running row rows[k] reads the
+    slots of its root and accepted nodes, write + cols[k] [W], and writes them behind its next slot, write + 0..W-1;
+    every other batch row moves its next slot onto itself."""
+    for i in range(moves.shape[1]):
+        for j in range(moves.shape[2]):
+            moves[0, i, j] = write[i]
+            moves[1, i, j] = write[i]
+    for k in range(rows.shape[0]):
+        i = rows[k]
+        for j in range(moves.shape[2]):
+            moves[0, i, j] += cols[k, j]
+            moves[1, i, j] += j
+
+
 def warm_up() -> None:
     """Compile (or load from cache) the kernels on a non-empty input."""
     parents = np.array([[-1, 0, -1]], dtype=np.int64)
@@ -125,3 +141,6 @@ def warm_up() -> None:
     greedy_tree(tokens, parents, np.array([3], dtype=np.int64), targets, np.zeros((1, 3), dtype=np.int64), one, two)
     first_path(parents[0], 2, np.zeros(2, dtype=np.int64))
     advance(np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64), one)
+    cols = np.zeros((2, 3), dtype=np.int64)
+    for c in cols, cols[:, :2]:  # the paths' columns, or a view of the first ones of a buffer (the fused step's)
+        pack_moves(np.zeros(2, dtype=np.int64), np.arange(2), c, np.zeros((2, 2, c.shape[1]), dtype=np.int64))

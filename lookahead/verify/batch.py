@@ -102,12 +102,15 @@ class Verdict:
         paths: per row the accepted node indices, root to leaf; None for chains (the first counts[i] nodes).
         cols: trees: the paths' forward columns [b, W] (`columns`), where the acceptance already has them; else None
             (computed from the paths when asked for).
+        ordered: whether every row accepted its first nodes in order (`in_place`), where the acceptance already knows
+            it (the fused trees give cols and this, no paths); None: from the paths.
     """
 
     counts: np.ndarray
     bonus: np.ndarray
     paths: list | None = None
     cols: np.ndarray | None = None
+    ordered: bool | None = None
 
     @classmethod
     def of_paths(cls, paths: list, bonus: np.ndarray) -> "Verdict":
@@ -126,6 +129,8 @@ class Verdict:
         keys and values already sit right behind the root, so keeping them moves nothing (trees are numbered best
         first: while their likeliest path stays likelier than every branch, it is their first nodes). Chains answer
         without the cached property (and its lock, on Python 3.11)."""
+        if self.ordered is not None:
+            return self.ordered
         return self.paths is None or self._first_nodes
 
     @cached_property
@@ -134,8 +139,10 @@ class Verdict:
 
     def columns(self) -> np.ndarray | None:
         """[b, W] forward columns along each row's accepted path (root first); None for chains (columns 0..W-1)."""
+        if self.cols is not None:
+            return self.cols
         return None if self.paths is None else self._columns
 
     @cached_property
     def _columns(self) -> np.ndarray:
-        return T.path_slots(self.paths) if self.cols is None else self.cols
+        return T.path_slots(self.paths)

@@ -240,7 +240,7 @@ class StaticCausalLM:
     def padded(self, n: int) -> int:
         """Draft columns a step verifying at most n (<= `most`) per row computes: its width (the root's column
         aside)."""
-        return next(w for w in self.widths if w >= n + 1) - 1
+        return self._fits[n + 1] - 1
 
     def prefill(self, stats) -> torch.Tensor:
         """Logits [b, 1, V] after each prompt; the prompts' keys and values fill slots 0..P-1."""

@@ -153,7 +153,7 @@ class _Fused:
 
 
 class FusedChains(_Fused):
-    """Greedy chains from `NgramIndex`es, fused (`K.draft`, `K.accept`)."""
+    """Greedy chains from `NgramIndex`es, fused (`K.draft` first, then `K.step`: `K.accept` and `K.draft`)."""
 
     arrays = ("_hist", "_table", "_state")
     warm_up = staticmethod(functools.cache(W.warm_up_chains))
@@ -195,7 +195,7 @@ class _FusedSuffix(_Fused):
 
 
 class FusedSuffixChains(_FusedSuffix):
-    """Greedy chains from `SuffixIndex`es, fused (`K.draft_suffix`, `K.accept_suffix`)."""
+    """Greedy chains from `SuffixIndex`es, fused (`K.draft_suffix` first, then `K.step_suffix`)."""
 
     warm_up = staticmethod(functools.cache(W.warm_up_suffix_chains))
 
@@ -214,7 +214,7 @@ class FusedSuffixChains(_FusedSuffix):
 
 
 class FusedTrees(_FusedSuffix):
-    """Greedy trees from `SuffixIndex`es, fused (`K.draft_trees`, `K.accept_trees`)."""
+    """Greedy trees from `SuffixIndex`es, fused (`K.draft_trees` first, then `K.step_trees`)."""
 
     warm_up = staticmethod(functools.cache(W.warm_up_trees))
 

@@ -19,6 +19,7 @@ not, is `static_mode`'s decision.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import weakref
@@ -218,7 +219,7 @@ class StaticCausalLM:
         sizes = WIDTHS if compile_config is None else COMPILED_WIDTHS
         max_width = min(max_width, self.most)
         self.widths = [w for w in sizes if w < max_width + 1] + [_bucket(max_width + 1, sizes)]
-        self._fits = [next(w for w in self.widths if w >= n) for n in range(self.widths[-1] + 1)]  # n query tokens
+        self._fits = _fits(tuple(self.widths))  # the width n query tokens pad to, by n
         slots = p + max_new + self.widths[-1]
         check_static(model, slots)
         self.model, self.input_ids, self.mask, self.p = model, input_ids, mask, p
@@ -421,6 +422,12 @@ def _compacted(live: int, compiled: bool) -> int:
     while size < live:
         size *= 4
     return max(size, 2) if compiled else size
+
+
+@functools.cache
+def _fits(widths: tuple) -> list:
+    """The width of `widths` that n query tokens are padded to, for n = 0 .. widths[-1] (few distinct tuples)."""
+    return [next(w for w in widths if w >= n) for n in range(widths[-1] + 1)]
 
 
 def _bucket(n: int, sizes=WIDTHS) -> int:

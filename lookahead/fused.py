@@ -83,8 +83,7 @@ class _Fused:
             finished, lists = self._accept(target.argmax(prefill), self._batch(now, 0), rows, lists, s, now, later)
             run.forwards += 1
             self.clock.lap("prefill")
-            now, later = later, now
-            batch = self._batch(now, s["widest"])
+            batch, now, later = self._batch(later, s["widest"]), later, now
         while not finished:
             targets = target.verify_ids(rows.last, batch, run.stats)  # [r, N + 1]
             self.clock.lap("forward")
@@ -92,8 +91,8 @@ class _Fused:
             target.commit(batch, self._verdict(batch, s))
             run.forwards += 1
             self.clock.lap("accept")  # the next step's draft included
-            now, later = later, now
-            batch = self._batch(now, s["widest"])
+            if not finished:
+                batch, now, later = self._batch(later, s["widest"]), later, now
         run.stats.draft_tokens += int(s["totals"][0])
         run.stats.accepted_tokens += int(s["totals"][1])
         for k, rid in enumerate(rows.ids):

@@ -258,13 +258,15 @@ def accept_trees(targets, tokens, parents, sizes, probs, matches, depths, automa
 
 
 @njit(cache=True)
-def step(targets, drafts, sizes, matches, hists, tables, states, max_ngram, min_ngram, edges, accepted, rejected,
-         version, eos, max_new, lens, out, last, counts, bonus, done, totals, max_tokens, pads, costs, table, seen,
-         next_drafts, next_sizes, next_matches, budgets):
-    """One call a step: `accept` of this step's chains, then, when no row is done, `draft` of the next step's into
-    next_drafts, next_sizes and next_matches. Returns (rows done, or -1 as `accept`; the next draft's width)."""
-    finished = accept(targets, drafts, sizes, matches, hists, tables, states, max_ngram, min_ngram, edges, accepted,
-                      rejected, version, eos, max_new, lens, out, last, counts, bonus, done, totals)
+def step(targets, drafts, width, sizes, matches, hists, tables, states, max_ngram, min_ngram, edges, accepted,
+         rejected, version, eos, max_new, lens, out, last, counts, bonus, done, totals, max_tokens, pads, costs, table,
+         seen, next_drafts, next_sizes, next_matches, budgets):
+    """One call a step: `accept` of this step's chains (the first `width` columns of the buffer `drafts`: a whole
+    buffer has one type however wide the step, where numba types a view of its first columns by its layout), then,
+    when no row is done, `draft` of the next step's into next_drafts, next_sizes and next_matches. Returns (rows done,
+    or -1 as `accept`; the next draft's width)."""
+    finished = accept(targets, drafts[:, :width], sizes, matches, hists, tables, states, max_ngram, min_ngram, edges,
+                      accepted, rejected, version, eos, max_new, lens, out, last, counts, bonus, done, totals)
     if finished != 0:
         return finished, 0
     return 0, draft(hists, states, lens, max_new, max_tokens, pads, edges, accepted, rejected, version, costs, table,
@@ -272,12 +274,12 @@ def step(targets, drafts, sizes, matches, hists, tables, states, max_ngram, min_
 
 
 @njit(cache=True)
-def step_suffix(targets, drafts, sizes, matches, automata, scratches, edges, accepted, rejected, version, eos, max_new,
-                lens, out, last, counts, bonus, done, totals, max_tokens, pads, costs, table, seen, next_drafts,
-                next_sizes, next_matches, budgets):
+def step_suffix(targets, drafts, width, sizes, matches, automata, scratches, edges, accepted, rejected, version, eos,
+                max_new, lens, out, last, counts, bonus, done, totals, max_tokens, pads, costs, table, seen,
+                next_drafts, next_sizes, next_matches, budgets):
     """`step` for chains from `SuffixIndex`es (`accept_suffix`, then `draft_suffix`)."""
-    finished = accept_suffix(targets, drafts, sizes, matches, automata, edges, accepted, rejected, version, eos,
-                             max_new, lens, out, last, counts, bonus, done, totals)
+    finished = accept_suffix(targets, drafts[:, :width], sizes, matches, automata, edges, accepted, rejected, version,
+                             eos, max_new, lens, out, last, counts, bonus, done, totals)
     if finished != 0:
         return finished, 0
     return 0, draft_suffix(automata, scratches, lens, max_new, max_tokens, pads, edges, accepted, rejected, version,
@@ -285,15 +287,16 @@ def step_suffix(targets, drafts, sizes, matches, automata, scratches, edges, acc
 
 
 @njit(cache=True)
-def step_trees(targets, tokens, parents, sizes, probs, matches, depths, automata, scratches, edges, accepted, rejected,
-               version, cal_edges, cal_accepted, cal_seen, prior, eos, max_new, lens, out, last, counts, bonus, paths,
-               cols, done, totals, max_nodes, pads, costs, table, seen, step_costs, next_tokens, next_parents,
-               next_probs, next_sizes, next_matches, next_depths, nodes):
-    """`step` for trees (`accept_trees`, then `draft_trees` into the next_ arrays). Returns (rows done or -1, whether
-    every row accepted its first nodes in order, the next tree's width)."""
-    finished, in_place = accept_trees(targets, tokens, parents, sizes, probs, matches, depths, automata, edges,
-                                      accepted, rejected, version, cal_edges, cal_accepted, cal_seen, eos, max_new,
-                                      lens, out, last, counts, bonus, paths, cols, done, totals)
+def step_trees(targets, tokens, parents, probs, width, sizes, matches, depths, automata, scratches, edges, accepted,
+               rejected, version, cal_edges, cal_accepted, cal_seen, prior, eos, max_new, lens, out, last, counts,
+               bonus, paths, cols, done, totals, max_nodes, pads, costs, table, seen, step_costs, next_tokens,
+               next_parents, next_probs, next_sizes, next_matches, next_depths, nodes):
+    """`step` for trees (`accept_trees` of the buffers' first `width` columns, then `draft_trees` into the next_
+    arrays). Returns (rows done or -1, whether every row accepted its first nodes in order, the next tree's width)."""
+    finished, in_place = accept_trees(targets, tokens[:, :width], parents[:, :width], sizes, probs[:, :width], matches,
+                                      depths, automata, edges, accepted, rejected, version, cal_edges, cal_accepted,
+                                      cal_seen, eos, max_new, lens, out, last, counts, bonus, paths, cols, done,
+                                      totals)
     if finished != 0:
         return finished, in_place, 0
     return 0, in_place, draft_trees(automata, scratches, lens, max_new, max_nodes, pads, edges, accepted, rejected,

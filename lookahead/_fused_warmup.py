@@ -7,8 +7,8 @@ from ._fused_kernels import draft, draft_suffix, draft_trees, kept, step, step_s
 
 
 def warm_up_chains() -> None:
-    """Compile (or load from cache) the chain kernels on a non-empty input, one row (tuples) and two (typed lists),
-    as the loop calls them (see `_warm`)."""
+    """Compile (or load from cache) the chain kernels on a non-empty input, for one row (tuples) and more (typed
+    lists). The step kernels take whole draft buffers and a width: one type however wide a step is."""
     from .index.ngram import NgramIndex
 
     index = NgramIndex(4)
@@ -56,16 +56,13 @@ def _policy_and_sizing() -> tuple:
 
 
 def _warm(hists, tables, states) -> None:
-    """The chain kernels over r = len(hists) rows as the loop calls them: a step's drafts are the first columns of a
-    buffer, a view numba types by its layout (C-contiguous for one row or none drafted, else not), so each step
-    kernel is compiled for both layouts."""
+    """The chain kernels over r = len(hists) rows, as the loop calls them."""
     (policy, sizing), r = _policy_and_sizing(), len(hists)
     drafts, lens, ints = np.zeros((2, r, 8), np.int64), np.zeros(r, np.int64), [np.zeros(r, np.int64) for _ in range(8)]
     widest = draft(hists, states, lens, 8, *sizing[:2], *policy, *sizing[2:], drafts[0], *ints[:3])
-    for width in {0, widest}:
-        step(np.zeros((r, width + 1), np.int64), drafts[0][:, :width], ints[0] * (width > 0), ints[1], hists, tables,
-             states, 4, 1, *policy, np.array([7]), 8, lens, np.zeros((r, 8), np.int64), *ints[3:6],
-             np.zeros(r, np.bool_), np.zeros(2, np.int64), *sizing, drafts[1], ints[6], ints[7], ints[2])
+    step(np.zeros((r, widest + 1), np.int64), drafts[0], widest, ints[0], ints[1], hists, tables, states, 4, 1,
+         *policy, np.array([7]), 8, lens, np.zeros((r, 8), np.int64), *ints[3:6], np.zeros(r, np.bool_),
+         np.zeros(2, np.int64), *sizing, drafts[1], ints[6], ints[7], ints[2])
 
 
 def _warm_suffix_chains(automata, scratches) -> None:
@@ -73,10 +70,9 @@ def _warm_suffix_chains(automata, scratches) -> None:
     (policy, sizing), r = _policy_and_sizing(), len(automata)
     drafts, lens, ints = np.zeros((2, r, 8), np.int64), np.zeros(r, np.int64), [np.zeros(r, np.int64) for _ in range(8)]
     widest = draft_suffix(automata, scratches, lens, 8, *sizing[:2], *policy, *sizing[2:], drafts[0], *ints[:3])
-    for width in {0, widest}:
-        step_suffix(np.zeros((r, width + 1), np.int64), drafts[0][:, :width], ints[0] * (width > 0), ints[1],
-                    automata, scratches, *policy, np.array([7]), 8, lens, np.zeros((r, 8), np.int64), *ints[3:6],
-                    np.zeros(r, np.bool_), np.zeros(2, np.int64), *sizing, drafts[1], ints[6], ints[7], ints[2])
+    step_suffix(np.zeros((r, widest + 1), np.int64), drafts[0], widest, ints[0], ints[1], automata, scratches,
+                *policy, np.array([7]), 8, lens, np.zeros((r, 8), np.int64), *ints[3:6], np.zeros(r, np.bool_),
+                np.zeros(2, np.int64), *sizing, drafts[1], ints[6], ints[7], ints[2])
 
 
 def _warm_trees(automata, scratches) -> None:
@@ -89,9 +85,8 @@ def _warm_trees(automata, scratches) -> None:
     tokens, parents, probs = np.zeros((2, r, 8), np.int64), np.zeros((2, r, 8), np.int64), np.zeros((2, r, 8))
     widest = draft_trees(automata, scratches, ints[0], 8, *sizing[:2], *policy, *sizing[2:], *calibration,
                          np.ones(5), tokens[0], parents[0], probs[0], *ints[1:5])
-    for w in {0, widest}:
-        step_trees(np.zeros((r, w + 1), np.int64), tokens[0][:, :w], parents[0][:, :w], ints[1] * (w > 0),
-                   probs[0][:, :w], ints[2], ints[3], automata, scratches, *policy, *calibration, np.array([7]), 8,
-                   ints[0], np.zeros((r, 8), np.int64), *ints[5:8], np.zeros((r, 8), np.int64),
-                   np.zeros((r, 9), np.int64), np.zeros(r, np.bool_), np.zeros(2, np.int64), *sizing, np.ones(5),
-                   tokens[1], parents[1], probs[1], *ints[8:11], ints[4])
+    step_trees(np.zeros((r, widest + 1), np.int64), tokens[0], parents[0], probs[0], widest, ints[1], ints[2],
+               ints[3], automata, scratches, *policy, *calibration, np.array([7]), 8, ints[0],
+               np.zeros((r, 8), np.int64), *ints[5:8], np.zeros((r, 8), np.int64), np.zeros((r, 9), np.int64),
+               np.zeros(r, np.bool_), np.zeros(2, np.int64), *sizing, np.ones(5), tokens[1], parents[1], probs[1],
+               *ints[8:11], ints[4])

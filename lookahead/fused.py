@@ -168,8 +168,8 @@ class FusedChains(_Fused):
 
     def _step(self, targets, batch: DraftBatch, lists, s: dict, now: dict, later: dict) -> int:
         finished, s["widest"] = K.step(
-            targets, batch.tokens, now["sizes"], now["matches"], *lists, *self.ngram, *s["policy"], self.eos,
-            self.max_new, s["lens"], s["out"], s["last"], s["counts"], s["bonus"], s["done"], s["totals"],
+            targets, now["tokens"], batch.width, now["sizes"], now["matches"], *lists, *self.ngram, *s["policy"],
+            self.eos, self.max_new, s["lens"], s["out"], s["last"], s["counts"], s["bonus"], s["done"], s["totals"],
             self.budget, *s["sizing"], later["tokens"], later["sizes"], later["matches"], s["budgets"])
         return finished
 
@@ -204,9 +204,9 @@ class FusedSuffixChains(_FusedSuffix):
 
     def _step(self, targets, batch: DraftBatch, lists, s: dict, now: dict, later: dict) -> int:
         finished, s["widest"] = K.step_suffix(
-            targets, batch.tokens, now["sizes"], now["matches"], *lists, *s["policy"], self.eos, self.max_new,
-            s["lens"], s["out"], s["last"], s["counts"], s["bonus"], s["done"], s["totals"], self.budget,
-            *s["sizing"], later["tokens"], later["sizes"], later["matches"], s["budgets"])
+            targets, now["tokens"], batch.width, now["sizes"], now["matches"], *lists, *s["policy"], self.eos,
+            self.max_new, s["lens"], s["out"], s["last"], s["counts"], s["bonus"], s["done"], s["totals"],
+            self.budget, *s["sizing"], later["tokens"], later["sizes"], later["matches"], s["budgets"])
         return finished
 
     _verdict = FusedChains._verdict
@@ -245,11 +245,11 @@ class FusedTrees(_FusedSuffix):
 
     def _step(self, targets, batch: DraftBatch, lists, s: dict, now: dict, later: dict) -> int:
         finished, s["in_place"], s["widest"] = K.step_trees(
-            targets, batch.tokens, batch.parents, now["sizes"], batch.probs, now["matches"], now["depths"], *lists,
-            *s["policy"], *s["calibration"], self.eos, self.max_new, s["lens"], s["out"], s["last"], s["counts"],
-            s["bonus"], s["paths"], s["cols"], s["done"], s["totals"], self.budget, *s["sizing"], s["step_costs"],
-            later["tokens"], later["parents"], later["probs"], later["sizes"], later["matches"], later["depths"],
-            s["nodes"])
+            targets, now["tokens"], now["parents"], now["probs"], batch.width, now["sizes"], now["matches"],
+            now["depths"], *lists, *s["policy"], *s["calibration"], self.eos, self.max_new, s["lens"], s["out"],
+            s["last"], s["counts"], s["bonus"], s["paths"], s["cols"], s["done"], s["totals"], self.budget,
+            *s["sizing"], s["step_costs"], later["tokens"], later["parents"], later["probs"], later["sizes"],
+            later["matches"], later["depths"], s["nodes"])
         return finished
 
     def _verdict(self, batch: DraftBatch, s: dict) -> Verdict:

@@ -61,7 +61,7 @@ class _Fused:
         self.target, self.run, self.max_new, self.clock = target, run, max_new, clock
         self.budget = run.sizing.max_nodes if not run.sizing.chain else run.sizing.length.max_tokens
         self.eos = np.array(sorted(run.stopper.eos), dtype=np.int64)
-        self.pads = np.array([target.padded(n) for n in range(self.budget + 1)], dtype=np.int64)
+        self.pads = target.pads(self.budget)  # padded(n) for n = 0 .. budget
         self._held = None  # (row ids, typed lists of their index arrays), kept across `run_rows` calls
 
     def run_rows(self, rows, outs: list, prefill=None) -> list:
@@ -71,8 +71,8 @@ class _Fused:
         prefill's logits [r, 1, V], whose token is taken first (an empty draft's step, with no commit)."""
         r, run, target = len(rows.ids), self.run, self.target
         lists = self._arrays(rows)
-        lens = np.array([len(outs[i]) for i in rows.ids], dtype=np.int64)
-        start, out = lens.copy(), np.empty((r, self.max_new), dtype=np.int64)  # written before it is read
+        start, lens = np.array([[len(outs[i]) for i in rows.ids]] * 2, dtype=np.int64)  # lens moves on
+        out = np.empty((r, self.max_new), dtype=np.int64)  # written before it is read
         s = self._step_buffers(r, lens, out, rows.last)
         now, later = self._drafts(r)  # this step's drafts, the next step's
         finished = 0
@@ -93,8 +93,9 @@ class _Fused:
             self.clock.lap("accept")  # the next step's draft included
             if not finished:
                 batch, now, later = self._batch(later, s["widest"]), later, now
-        run.stats.draft_tokens += int(s["totals"][0])
-        run.stats.accepted_tokens += int(s["totals"][1])
+        drafted, accepted = s["totals"].tolist()
+        run.stats.draft_tokens += drafted
+        run.stats.accepted_tokens += accepted
         for k, rid in enumerate(rows.ids):
             outs[rid].extend(out[k, start[k]:lens[k]].tolist())
         self._settle(rows.indexes)
@@ -112,8 +113,9 @@ class _Fused:
         """The arrays the kernels read and write for r rows, by name (allocated once per `run_rows`), and the
         kernels' arguments that stay the same for the whole call."""
         policy = self.run.sizing.length
-        return {**{name: np.zeros(r, dtype=np.int64) for name in ("budgets", "counts", "bonus")}, "lens": lens,
-                "out": out, "last": last, "done": np.zeros(r, dtype=np.bool_), "totals": np.zeros(2, dtype=np.int64),
+        budgets, counts, bonus = np.zeros((3, r), dtype=np.int64)  # one allocation: each costs more than its use
+        return {"budgets": budgets, "counts": counts, "bonus": bonus, "lens": lens, "out": out, "last": last,
+                "done": np.zeros(r, dtype=np.bool_), "totals": np.zeros(2, dtype=np.int64),
                 "policy": (_BUCKETS, policy.accepted, policy.rejected, policy.version),
                 "sizing": (self.pads, *policy.tables(r)), "widest": 0}
 

@@ -310,12 +310,17 @@ def _make_run(model, batch: int, processors, criteria, config, settings: Setting
 
 
 def _assemble(input_ids: torch.Tensor, outs: list, pad: int) -> torch.Tensor:
-    new = np.full((len(outs), max(map(len, outs))), pad, dtype=np.int64)  # numpy: a fraction of torch's per-row cost
+    """[B, L + new]: the prompts, then each row's new tokens padded with `pad` (built in numpy: a fraction of torch's
+    per-operation cost; on a CPU in one buffer, the prompts copied in)."""
+    p, cpu = input_ids.shape[1], input_ids.device.type == "cpu"
+    seqs = np.full((len(outs), (p if cpu else 0) + max(map(len, outs))), pad, dtype=np.int64)
+    new = seqs[:, p:] if cpu else seqs
     for row, o in zip(new, outs):
         row[: len(o)] = o
-    if input_ids.device.type == "cpu":  # numpy's concatenation: half of torch.cat's cost per call
-        return torch.from_numpy(np.concatenate([input_ids.numpy(), new], axis=1))
-    return torch.cat([input_ids, torch.from_numpy(new).to(input_ids.device)], dim=1)
+    if cpu:
+        seqs[:, :p] = input_ids.numpy()
+        return torch.from_numpy(seqs)
+    return torch.cat([input_ids, torch.from_numpy(seqs).to(input_ids.device)], dim=1)
 
 
 def _ids(ids) -> tuple:

@@ -9,6 +9,8 @@ a one-token one): weak evidence gets short drafts or none, strong evidence long 
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from . import _policy_kernels as K
@@ -90,6 +92,15 @@ def step_cost(cost, k):
     return 1.0 + overhead * (np.asarray(k) > 0) + per_token * np.asarray(k)
 
 
+@functools.lru_cache(maxsize=256)
+def step_costs(cost, most: int, batch: int) -> np.ndarray:
+    """[most + 1]: what a row's step verifying 0..most drafts costs in a batch of `batch` rows (`step_cost` of
+    `row_cost`; `cost` as `as_cost` gives it, a `CostCurve` by identity). Kept across calls, since each call's policy
+    is new and the table costs a dozen numpy operations; shared, so never written (it stays writeable: numba types a
+    read-only array apart, which would compile every kernel that takes it again)."""
+    return np.asarray(step_cost(as_cost(row_cost(cost, batch)), np.arange(most + 1)), dtype=float)
+
+
 class TreeCalibration:
     """Maps a draft tree's estimated node probabilities to the acceptance actually seen, online.
 
@@ -160,8 +171,8 @@ class DraftLength:
         """What `choose` reads for a batch of `batch` rows besides the counts: (step costs [K+1], each bucket's best
         length [buckets], the bucket version it was computed at [buckets])."""
         if batch not in self._tables:
-            costs = np.asarray(step_cost(row_cost(self.cost, batch), np.arange(self.max_tokens + 1)), dtype=float)
-            self._tables[batch] = (costs, np.zeros(len(_BUCKETS), np.int64), np.full(len(_BUCKETS), -1, np.int64))
+            best, seen = np.full((2, len(_BUCKETS)), -1, np.int64)  # a best length is read only once seen
+            self._tables[batch] = (step_costs(self.cost, self.max_tokens, batch), best, seen)
         return self._tables[batch]
 
     def update(self, match_lengths: np.ndarray, drafted: np.ndarray, accepted: np.ndarray) -> None:

@@ -13,7 +13,7 @@ import numpy as np
 
 from . import _policy_kernels as K
 from .index.draft import Draft
-from .policy import DraftLength, TreeCalibration, as_cost, row_cost, step_cost
+from .policy import DraftLength, TreeCalibration, step_costs
 
 
 def make_sizing(draft: str, num_draft_tokens: int, max_draft_nodes: int, cost):
@@ -80,7 +80,6 @@ class TreeSizing:
         self.max_nodes, self.cost = max_nodes, cost
         self.length = DraftLength(max_tokens, cost)
         self.calibration = TreeCalibration()
-        self._costs = {}  # per batch size: step cost of verifying 0..max_nodes nodes
 
     def draft(self, indexes: list, rooms: np.ndarray, padded=None) -> list:
         """Each row's `Draft` (a tree; `Draft.empty` where a row has no index); `rooms` [b] caps its nodes;
@@ -106,7 +105,4 @@ class TreeSizing:
         self.length.update(matches, floors, followed)
 
     def _step_costs(self, batch: int) -> np.ndarray:
-        if batch not in self._costs:
-            k = np.arange(self.max_nodes + 1)
-            self._costs[batch] = np.asarray(step_cost(as_cost(row_cost(self.cost, batch)), k), dtype=float)
-        return self._costs[batch]
+        return step_costs(self.length.cost, self.max_nodes, batch)

@@ -14,12 +14,15 @@ next step, in the same forward as its drafts (right-padded: causal attention hid
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import torch
 
 from . import _validate as V
 from .static import StaticCausalLM, check_static, last_logits_only, prompt_positions, prompt_sources, static_mode
 from .verify import new_cache, rollback, select_rows
+from .verify import _kernels as K
 from .verify import tree as T
 from .verify.batch import to_device
 from .verify.cache import keep_slots
@@ -76,16 +79,33 @@ class CausalLM:
 
     def _masked(self, step: np.ndarray) -> torch.Tensor:
         """The cache mask followed by `step` [b, W] (slots of the next forward), without copying the cache mask."""
-        end = self.width + step.shape[1]
-        if end > self._slots.shape[1]:
-            grown = torch.zeros((len(self._slots), 2 * end), dtype=self._slots.dtype, device=self._slots.device)
-            grown[:, : self.width] = self.mask
-            self._slots = grown
+        end = self._room(step.shape[1])
         if self._slots.is_cuda:
             self._slots[:, self.width:end] = to_device(step, self._slots.device, self._slots.dtype)
         else:  # numpy's assignment into the same memory: a fraction of torch's per-call cost
             self._slots.numpy()[:, self.width:end] = step
         return self._slots[:, :end]
+
+    def _room(self, n: int) -> int:
+        """Grow the slot mask to hold n more slots; returns where they end."""
+        end = self.width + n
+        if end > self._slots.shape[1]:
+            grown = torch.zeros((len(self._slots), 2 * end), dtype=self._slots.dtype, device=self._slots.device)
+            grown[:, : self.width] = self.mask
+            self._slots = grown
+        return end
+
+    def _chain_inputs(self, last: np.ndarray, batch) -> tuple:
+        """(tokens [b, N+1], positions [b, N+1], the mask of the cache and the step [b, S + N + 1]) of a chain step:
+        on a CPU one kernel writes them all, the mask in place."""
+        steps, end = np.empty((2, len(last), batch.width + 1), dtype=np.int64), self._room(batch.width + 1)
+        if self._slots.is_cuda:
+            cols = np.empty((len(last), batch.width + 1), dtype=np.int64)
+            K.chain_inputs(last, batch.tokens, batch.sizes, self.pos, steps, cols, 0)
+            self._slots[:, self.width:end] = to_device(cols, self._slots.device, self._slots.dtype)
+        else:
+            K.chain_inputs(last, batch.tokens, batch.sizes, self.pos, steps, self._slots.numpy(), self.width)
+        return steps[0], steps[1], self._slots[:, :end]
 
     def sources(self) -> list:
         """Per row: the prompt's real tokens."""
@@ -95,6 +115,11 @@ class CausalLM:
     def padded(n: int) -> int:
         """Draft columns a forward verifying at most n per row computes: n (rows pad to the widest draft)."""
         return n
+
+    @staticmethod
+    def pads(upto: int) -> np.ndarray:
+        """`padded(n)` for n = 0 .. upto: 0 .. upto, an array kept across calls (never written)."""
+        return _upto(upto)
 
     def prefill(self, stats) -> torch.Tensor:
         """Logits [b, 1, V] after each prompt."""
@@ -107,17 +132,15 @@ class CausalLM:
     def verify(self, last: np.ndarray, batch, stats) -> torch.Tensor:
         """One forward over [last token, draft nodes] of every row; the logits after each of them [b, N+1, V]."""
         device = self._slots.device
-        tokens = np.empty((len(last), batch.width + 1), dtype=np.int64)
-        tokens[:, 0], tokens[:, 1:] = last, batch.tokens
-        tokens = to_device(tokens, device)
         if batch.chain:
-            cols = np.arange(batch.width + 1)
-            mask, positions = self._masked(cols <= batch.sizes[:, None]), self.pos[:, None] + cols
+            tokens, positions, mask = self._chain_inputs(last, batch)
         else:
+            tokens = np.empty((len(last), batch.width + 1), dtype=np.int64)
+            tokens[:, 0], tokens[:, 1:] = last, batch.tokens
             seen, depth = batch.ancestry
             mask, positions = T.tree_mask(self.mask, seen, self.model.dtype), self.pos[:, None] + depth
-        logits = self.model(input_ids=tokens, attention_mask=mask, position_ids=to_device(positions, device),
-                            **{self.kv: self.cache}, use_cache=True).logits
+        logits = self.model(input_ids=to_device(tokens, device), attention_mask=mask,
+                            position_ids=to_device(positions, device), **{self.kv: self.cache}, use_cache=True).logits
         stats.add_forward(len(last))
         return logits
 
@@ -130,20 +153,33 @@ class CausalLM:
         """Keep each row's last token and accepted drafts in the cache; mask the slots of rows that accepted fewer."""
         start = self.width
         if verdict.in_place:  # chains, and trees whose first nodes were accepted in order: cut the rest
-            width = int(verdict.counts.max()) + 1
+            width = self._kept(0, verdict.counts)
             rollback(self.cache, start + width, start + batch.width + 1)
         else:
             slots = to_device(verdict.columns(), self._slots.device)  # [b, W]
             keep_slots(self.cache, start, slots)
-            width = slots.shape[1]
-        self._masked(np.arange(width)[None, :] <= verdict.counts[:, None])
+            width = self._kept(slots.shape[1], verdict.counts)
         self.width += width
-        self.pos += verdict.counts + 1
+
+    def _kept(self, width: int, counts: np.ndarray) -> int:
+        """Mask the step's first `width` slots (0: the most any row kept) to each row's root and counts [b] accepted
+        nodes; move the positions on. Returns the width."""
+        if not self._slots.is_cuda:  # one kernel, the mask in place
+            return K.commit_slots(self._slots.numpy(), self.width, width, counts, self.pos)
+        width = width or int(counts.max()) + 1
+        self._masked(np.arange(width)[None, :] <= counts[:, None])
+        self.pos += counts + 1
+        return width
 
     def keep(self, rows: list) -> None:
         """Keep only the batch rows `rows`, so that finished rows cost nothing more."""
         select_rows(self.cache, torch.tensor(rows, device=self._slots.device))
         self._slots, self.pos = self._slots[rows], self.pos[rows]
+
+
+@functools.cache
+def _upto(n: int) -> np.ndarray:
+    return np.arange(n + 1, dtype=np.int64)
 
 
 class Seq2SeqLM:

@@ -130,6 +130,37 @@ def pack_moves(write, rows, cols, moves):
             moves[1, i, j] += j
 
 
+@njit(cache=True)
+def chain_inputs(last, drafts, sizes, pos, steps, slots, start):
+    """A chain step's inputs on the dynamic cache (`lookahead.targets.CausalLM`), b rows of N drafts: steps [2, b,
+    N + 1] gets each row's tokens (its last token, then its draft, zero padding) and their positions (pos [b] on);
+    slots [b, >= start + N + 1] at start + each column whether the row sees it (1: the root or a draft token, 0:
+    padding)."""
+    b, n = drafts.shape
+    for i in range(b):
+        steps[0, i, 0] = last[i]
+        for c in range(n + 1):
+            if c > 0:
+                steps[0, i, c] = drafts[i, c - 1]
+            steps[1, i, c] = pos[i] + c
+            slots[i, start + c] = 1 if c <= sizes[i] else 0
+
+
+@njit(cache=True)
+def commit_slots(slots, start, width, counts, pos):
+    """A dynamic-cache commit of b rows: slots [b, >= start + width] at start + c (c < width) 1 where the row kept
+    column c (its root and counts[i] accepted drafts), else 0; pos [b] moves past them. width 0: the most any row
+    kept. Returns the width."""
+    if width == 0:
+        for i in range(counts.shape[0]):
+            width = max(width, counts[i] + 1)
+    for i in range(counts.shape[0]):
+        for c in range(width):
+            slots[i, start + c] = 1 if c <= counts[i] else 0
+        pos[i] += counts[i] + 1
+    return width
+
+
 def warm_up() -> None:
     """Compile (or load from cache) the kernels on a non-empty input."""
     parents = np.array([[-1, 0, -1]], dtype=np.int64)
@@ -141,6 +172,10 @@ def warm_up() -> None:
     greedy_tree(tokens, parents, np.array([3], dtype=np.int64), targets, np.zeros((1, 3), dtype=np.int64), one, two)
     first_path(parents[0], 2, np.zeros(2, dtype=np.int64))
     advance(np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64), one)
+    slots, pos = np.zeros((1, 8), dtype=np.int64), np.zeros(1, dtype=np.int64)
+    for drafts in tokens, np.zeros((1, 5), dtype=np.int64)[:, :3]:  # a batch's own array, or a view of a buffer
+        chain_inputs(one, drafts, np.array([3], dtype=np.int64), pos, np.zeros((2, 1, 4), dtype=np.int64), slots, 2)
+    commit_slots(slots, 2, 0, one, pos)
     cols = np.zeros((2, 3), dtype=np.int64)
     for c in cols, cols[:, :2]:  # the paths' columns, or a view of the first ones of a buffer (the fused step's)
         pack_moves(np.zeros(2, dtype=np.int64), np.arange(2), c, np.zeros((2, 2, c.shape[1]), dtype=np.int64))

@@ -1,0 +1,64 @@
+"""The dynamic cache's step kernels against their numpy formulas, and the targets' padding tables."""
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from lookahead.verify import _kernels as K
+from models import tiny_model
+
+
+@given(data=st.data())
+@settings(max_examples=60, deadline=None)
+def test_a_chain_steps_inputs_are_its_tokens_positions_and_the_columns_each_row_sees(data):
+    """`chain_inputs`: tokens are each row's last token then its draft, positions run on from the row's next one,
+    and the slot mask marks the root and the row's real draft tokens, not its padding (a plain numpy reference);
+    nothing else in the mask changes."""
+    b, n = data.draw(st.integers(1, 6)), data.draw(st.integers(0, 9))
+    buffer = np.array(data.draw(st.lists(st.integers(0, 999), min_size=b * (n + 2), max_size=b * (n + 2))),
+                      dtype=np.int64).reshape(b, n + 2)
+    drafts = buffer[:, :n]  # as the fused loop passes them: the first columns of a buffer
+    sizes = np.array([data.draw(st.integers(0, n)) for _ in range(b)], dtype=np.int64)
+    last, pos = np.arange(b, dtype=np.int64) + 7, np.array(data.draw(st.lists(st.integers(0, 300), min_size=b,
+                                                                                max_size=b)), dtype=np.int64)
+    start = data.draw(st.integers(0, 5))
+    slots = np.full((b, start + n + 4), 9, dtype=np.int64)
+    steps = np.full((2, b, n + 1), -1, dtype=np.int64)
+    K.chain_inputs(last, drafts, sizes, pos, steps, slots, start)
+    cols = np.arange(n + 1)
+    assert np.array_equal(steps[0], np.concatenate([last[:, None], drafts], 1))
+    assert np.array_equal(steps[1], pos[:, None] + cols)
+    assert np.array_equal(slots[:, start:start + n + 1], (cols <= sizes[:, None]).astype(np.int64))
+    assert (slots[:, :start] == 9).all() and (slots[:, start + n + 1:] == 9).all()
+
+
+@given(data=st.data())
+@settings(max_examples=60, deadline=None)
+def test_a_commit_masks_what_each_row_kept_and_moves_its_positions_past_it(data):
+    """`commit_slots`: the step's first `width` slots (0: the most any row kept) are 1 up to each row's root and
+    accepted drafts, 0 after; positions move past them (a plain numpy reference)."""
+    b = data.draw(st.integers(1, 6))
+    counts = np.array([data.draw(st.integers(0, 9)) for _ in range(b)], dtype=np.int64)
+    width = data.draw(st.sampled_from([0, int(counts.max()) + 1, int(counts.max()) + 3]))
+    start, pos = data.draw(st.integers(0, 5)), np.arange(b, dtype=np.int64) * 3
+    slots = np.full((b, start + 16), 9, dtype=np.int64)
+    got = K.commit_slots(slots, start, width, counts, pos)
+    expected = width or int(counts.max()) + 1
+    assert got == expected
+    assert np.array_equal(slots[:, start:start + got], (np.arange(got) <= counts[:, None]).astype(np.int64))
+    assert (slots[:, :start] == 9).all() and (slots[:, start + got:] == 9).all()
+    assert np.array_equal(pos, np.arange(b) * 3 + counts + 1)
+
+
+@pytest.mark.parametrize("max_width", [1, 10, 15, 32, 63])
+def test_the_targets_padding_tables_agree_with_padded(max_width):
+    """`pads(n)` is `padded` of 0 .. n, for the dynamic cache and for the static step's widths."""
+    import torch
+
+    from lookahead.static import StaticCausalLM
+    from lookahead.targets import CausalLM
+
+    model, ids = tiny_model("llama"), torch.ones((1, 4), dtype=torch.long)
+    static = StaticCausalLM(model, ids, torch.ones_like(ids), 8, max_width, graphs=False)
+    for target in (CausalLM(model, ids, torch.ones_like(ids)), static):
+        upto = min(max_width, StaticCausalLM.most)
+        assert target.pads(upto).tolist() == [target.padded(n) for n in range(upto + 1)]

@@ -107,6 +107,22 @@ class CausalLM:
             K.chain_inputs(last, batch.tokens, batch.sizes, self.pos, steps, self._slots.numpy(), self.width)
         return steps[0], steps[1], self._slots[:, :end]
 
+    def _tree_inputs(self, last: np.ndarray, batch) -> tuple:
+        """(tokens [b, N+1], positions [b, N+1], the additive 4D mask [b, 1, N+1, S+N+1]) of a tree step: on a CPU
+        one kernel writes them all (the mask in float32, or float64, then in the model's dtype: the same values)."""
+        if self._slots.is_cuda:
+            tokens = np.empty((len(last), batch.width + 1), dtype=np.int64)
+            tokens[:, 0], tokens[:, 1:] = last, batch.tokens
+            seen, depth = batch.ancestry
+            return tokens, self.pos[:, None] + depth, T.tree_mask(self.mask, seen, self.model.dtype)
+        b, q, dtype = len(last), batch.width + 1, self.model.dtype
+        steps = np.empty((2, b, q), dtype=np.int64)
+        mask = np.empty((b, 1, q, self.width + q), dtype=np.float64 if dtype == torch.float64 else np.float32)
+        K.tree_inputs(last, batch.tokens, batch.parents, self.pos, self._slots.numpy(), self.width,
+                      torch.finfo(dtype).min, steps, mask)
+        mask = torch.from_numpy(mask)
+        return steps[0], steps[1], mask if mask.dtype == dtype else mask.to(dtype)
+
     def sources(self) -> list:
         """Per row: the prompt's real tokens."""
         return prompt_sources(self.input_ids, self.mask)
@@ -132,13 +148,7 @@ class CausalLM:
     def verify(self, last: np.ndarray, batch, stats) -> torch.Tensor:
         """One forward over [last token, draft nodes] of every row; the logits after each of them [b, N+1, V]."""
         device = self._slots.device
-        if batch.chain:
-            tokens, positions, mask = self._chain_inputs(last, batch)
-        else:
-            tokens = np.empty((len(last), batch.width + 1), dtype=np.int64)
-            tokens[:, 0], tokens[:, 1:] = last, batch.tokens
-            seen, depth = batch.ancestry
-            mask, positions = T.tree_mask(self.mask, seen, self.model.dtype), self.pos[:, None] + depth
+        tokens, positions, mask = self._chain_inputs(last, batch) if batch.chain else self._tree_inputs(last, batch)
         logits = self.model(input_ids=to_device(tokens, device), attention_mask=mask,
                             position_ids=to_device(positions, device), **{self.kv: self.cache}, use_cache=True).logits
         stats.add_forward(len(last))

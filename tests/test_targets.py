@@ -62,3 +62,32 @@ def test_the_targets_padding_tables_agree_with_padded(max_width):
     for target in (CausalLM(model, ids, torch.ones_like(ids)), static):
         upto = min(max_width, StaticCausalLM.most)
         assert target.pads(upto).tolist() == [target.padded(n) for n in range(upto + 1)]
+
+
+@given(data=st.data(), dtype=st.sampled_from(["float32", "float64", "bfloat16"]))
+@settings(max_examples=60, deadline=None)
+def test_a_tree_steps_inputs_are_what_the_ancestry_and_tree_mask_give(data, dtype):
+    """`tree_inputs`: tokens, positions (the row's next position plus each column's depth) and the additive mask
+    (the row's cache slots, then each query's ancestors and itself) equal `tree.ancestry` and `tree.tree_mask`."""
+    import torch
+
+    from lookahead.verify import tree as T
+
+    b, n, width = data.draw(st.integers(1, 4)), data.draw(st.integers(0, 9)), data.draw(st.integers(1, 12))
+    parents = np.full((b, n + 2), -1, dtype=np.int64)
+    for i in range(b):
+        for j in range(n):  # a parent before its child
+            parents[i, j] = data.draw(st.integers(-1, j - 1))
+    tokens = np.arange(b * n, dtype=np.int64).reshape(b, n) + 5
+    slots = np.array(data.draw(st.lists(st.integers(0, 1), min_size=b * (width + 3), max_size=b * (width + 3))),
+                     dtype=np.int64).reshape(b, width + 3)
+    last, pos = np.arange(b, dtype=np.int64), np.arange(b, dtype=np.int64) * 10 + 3
+    torch_dtype = getattr(torch, dtype)
+    steps = np.full((2, b, n + 1), -1, dtype=np.int64)
+    mask = np.full((b, 1, n + 1, width + n + 1), 7.0, dtype=np.float64 if dtype == "float64" else np.float32)
+    K.tree_inputs(last, tokens, parents[:, :n], pos, slots, width, torch.finfo(torch_dtype).min, steps, mask)
+    seen, depth = T.ancestry(parents[:, :n])
+    expected = T.tree_mask(torch.from_numpy(slots[:, :width]), seen, torch_dtype)
+    assert np.array_equal(steps[0], np.concatenate([last[:, None], tokens], 1))
+    assert np.array_equal(steps[1], pos[:, None] + depth)
+    assert torch.equal(torch.from_numpy(mask).to(torch_dtype), expected)

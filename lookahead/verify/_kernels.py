@@ -147,6 +147,31 @@ def chain_inputs(last, drafts, sizes, pos, steps, slots, start):
 
 
 @njit(cache=True)
+def tree_inputs(last, tokens, parents, pos, slots, width, low, steps, mask):
+    """A tree step's inputs on the dynamic cache, b rows of N nodes (parents before children, -1: a child of the
+    root): steps [2, b, N + 1] gets each row's tokens (its last token, then its nodes) and their positions (pos [b]
+    plus each column's depth); mask [b, 1, N + 1, width + N + 1] the additive attention mask, 0 where a query sees a
+    key and `low` where not: every query sees the row's cache slots that slots [b, >= width] marks, then its own
+    column and its ancestors'."""
+    b, n = tokens.shape
+    seen = np.zeros((n + 1, n + 1), dtype=np.bool_)  # ancestor-or-self of each column, one row at a time
+    for i in range(b):
+        seen[:, :] = False
+        seen[0, 0] = True
+        steps[0, i, 0], steps[1, i, 0] = last[i], pos[i]
+        for j in range(n):  # a parent's column is complete before its children copy it
+            col, up = j + 1, parents[i, j] + 1
+            steps[0, i, col], steps[1, i, col] = tokens[i, j], steps[1, i, up] + 1
+            seen[col, :col] = seen[up, :col]
+            seen[col, col] = True
+        for q in range(n + 1):
+            for s in range(width):
+                mask[i, 0, q, s] = 0.0 if slots[i, s] != 0 else low
+            for c in range(n + 1):
+                mask[i, 0, q, width + c] = 0.0 if seen[q, c] else low
+
+
+@njit(cache=True)
 def commit_slots(slots, start, width, counts, pos):
     """A dynamic-cache commit of b rows: slots [b, >= start + width] at start + c (c < width) 1 where the row kept
     column c (its root and counts[i] accepted drafts), else 0; pos [b] moves past them. width 0: the most any row
@@ -176,6 +201,9 @@ def warm_up() -> None:
     for drafts in tokens, np.zeros((1, 5), dtype=np.int64)[:, :3]:  # a batch's own array, or a view of a buffer
         chain_inputs(one, drafts, np.array([3], dtype=np.int64), pos, np.zeros((2, 1, 4), dtype=np.int64), slots, 2)
     commit_slots(slots, 2, 0, one, pos)
+    for p in parents, np.full((1, 5), -1, dtype=np.int64)[:, :3]:  # a batch's own array, or a view of a buffer
+        tree_inputs(one, tokens, p, pos, slots, 2, -1.0, np.zeros((2, 1, 4), dtype=np.int64),
+                    np.zeros((1, 1, 4, 6), dtype=np.float32))
     cols = np.zeros((2, 3), dtype=np.int64)
     for c in cols, cols[:, :2]:  # the paths' columns, or a view of the first ones of a buffer (the fused step's)
         pack_moves(np.zeros(2, dtype=np.int64), np.arange(2), c, np.zeros((2, 2, c.shape[1]), dtype=np.int64))

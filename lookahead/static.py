@@ -128,6 +128,7 @@ class _State:
         self.start = torch.zeros((), dtype=torch.long, device=device)  # first slot after the prompts
         self.inputs, self.outputs, self.graphs = {}, {}, {}  # outputs: width -> (logits, argmax) of its graph
         self.host = {}  # width -> (the step inputs on the host: pinned on CUDA, `inputs` itself on a CPU; numpy view)
+        self.moves = None  # the host buffer of a tree commit's slot moves (pinned on CUDA), made when first needed
         self.argmax = argmax_in_step(device)  # the step also takes the argmax of its logits, on the device
         self.pool, self.eager = None, False  # eager: capturing failed once, so this state runs without graphs
         # step(model, state, inputs): the model is an argument, so that torch.compile traces into it (a weak proxy
@@ -315,13 +316,21 @@ class StaticCausalLM:
         rows = self.active
         if not verdict.in_place:
             cols = verdict.columns()  # [r, W] root then accepted nodes
-            moves = np.empty((2, len(self.write), cols.shape[1]), dtype=np.int64)
-            K.pack_moves(self.write, rows, cols, moves)  # one call: the numpy operations cost more
-            moves = torch.from_numpy(moves)
-            moves = moves.pin_memory() if self.cuda else moves
-            moves = moves.to(self.model.device, non_blocking=True)
+            moves = self._moves(cols.shape[1])
+            K.pack_moves(self.write, rows, cols, moves.numpy())  # one call: the numpy operations cost more
+            moves = moves.to(self.model.device, non_blocking=True)  # a CPU's: the buffer itself
             self.state.cache.move(moves[0], moves[1])
         K.advance(self.write, self.pos, rows, verdict.counts)  # one call: a few numpy operations cost more
+
+    def _moves(self, width: int) -> torch.Tensor:
+        """The host buffer [2, b, width] of a tree commit's slot moves, kept by the state for every width: pinned on
+        CUDA, where it is copied asynchronously (each step's one host-device sync, its argmax's copy, comes before
+        the next commit writes it again), so no step allocates or pins one."""
+        state, b = self.state, len(self.write)
+        if state.moves is None or len(state.moves) < 2 * b * width:  # a later call may be wider
+            buf = torch.empty(2 * b * max(width, self.widths[-1]), dtype=torch.long)
+            state.moves = buf.pin_memory() if self.cuda else buf
+        return state.moves[: 2 * b * width].view(2, b, width)
 
     def keep(self, rows: list) -> None:
         """Keep running only the loop's rows `rows`. The others stay in the batch, ignored, until the running rows

@@ -466,3 +466,16 @@ def test_a_tree_commits_moves_pack_each_running_rows_path_behind_its_next_slot(d
     src[rows] += view
     dst[rows] += np.arange(w)[None, :]
     assert np.array_equal(moves[0], src) and np.array_equal(moves[1], dst)
+
+
+def test_a_tree_commits_move_buffer_is_kept_by_the_state_and_grows_when_a_step_is_wider():
+    """`_moves`: one host buffer per kept state, reused by every commit (no allocation per step), and grown when a
+    step is wider than it (a later call sharing the state may verify wider trees)."""
+    from lookahead.static import StaticCausalLM
+
+    model, ids = tiny_model("llama"), torch.ones((2, 4), dtype=torch.long)
+    target = StaticCausalLM(model, ids, torch.ones_like(ids), 8, 3, graphs=False)
+    two, four = target._moves(2), target._moves(4)
+    assert two.shape == (2, 2, 2) and four.shape == (2, 2, 4) and two.data_ptr() == four.data_ptr()
+    wide = target._moves(40)
+    assert wide.shape == (2, 2, 40) and target._moves(2).data_ptr() == wide.data_ptr() == target.state.moves.data_ptr()

@@ -1,4 +1,5 @@
-"""`cache_implementation="static"`: a preallocated KV cache written by position, and CUDA graphs over the step.
+"""`cache_implementation="static"`: a preallocated KV cache written by position (`slot_cache.SlotCache`), and CUDA
+graphs over the step.
 
 Each row owns a run of slots: its left-padded prompt, then the tokens it committed. A verification forward writes
 its [last token, draft nodes] at the row's next slots; a rejected draft is simply overwritten by the next step, so a
@@ -26,9 +27,9 @@ import weakref
 
 import numpy as np
 import torch
-from transformers.cache_utils import Cache, CacheLayerMixin
 
 from ._validate import cache_kwarg, forward_parameters
+from .slot_cache import SlotCache, check_static
 from .verify import _kernels as K
 from .verify.rules import argmax
 
@@ -42,77 +43,6 @@ _BIT = (np.uint64(1) << np.arange(64, dtype=np.uint64)).view(np.int64)  # query 
 RECOMPILE_LIMIT = 64  # compiled step specialisations per process: widths x cache lengths x (one row, more)
 _STATES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> [_State], most recently used last
 _LOCK = threading.Lock()
-
-
-class SlotLayer(CacheLayerMixin):
-    """One layer's keys and values, views into the cache's one buffer; `update` writes at the cache's `writes`."""
-
-    is_compileable = True
-
-    def __init__(self, cache: "SlotCache", index: int):
-        super().__init__()
-        self.cache, self.index = cache, index
-        self.keys, self.values = cache.kv[0, index], cache.kv[1, index]
-        self.is_initialized = True
-
-    def lazy_initialization(self, key_states, value_states) -> None:
-        pass
-
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs) -> tuple:
-        rows, slots = self.cache.rows, self.cache.writes  # [b, 1], [b, Q]
-        self.keys[rows, :, slots] = key_states.transpose(1, 2)  # [b, Q, H, d] into slot order
-        self.values[rows, :, slots] = value_states.transpose(1, 2)
-        return self.keys, self.values
-
-    def get_mask_sizes(self, query_length: int) -> tuple:
-        return self.cache.slots, 0
-
-    def get_seq_length(self) -> int:
-        return 0  # positions and the mask come from the caller, never from the cache length
-
-    def get_max_length(self) -> int:
-        return self.cache.slots
-
-
-class SlotCache(Cache):
-    """Keys and values of every layer in one buffer [2, layers, b, heads, slots, head_dim].
-
-    `writes` [b, Q] (a device tensor the caller fills before each forward) says where each query's keys go.
-    """
-
-    def __init__(self, config, batch: int, slots: int, dtype: torch.dtype, device):
-        text = config.get_text_config(decoder=True)
-        heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
-        head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
-        self.slots = slots
-        self.kv = torch.zeros((2, text.num_hidden_layers, batch, heads, slots, head_dim), dtype=dtype, device=device)
-        self.rows = torch.arange(batch, device=device)[:, None]
-        self.writes = torch.zeros((batch, 1), dtype=torch.long, device=device)
-        self.origin = torch.arange(batch, device=device)  # the call's row that each batch row holds (compaction)
-        super().__init__(layers=[SlotLayer(self, i) for i in range(text.num_hidden_layers)])
-
-    def batch_tensors(self) -> list:
-        """(tensor, its batch dimension) of every cache tensor a step may read (`origin`: a forward hook may)."""
-        return [(self.kv, 2), (self.rows, 0), (self.origin, 0)] + [(t, 0) for layer in self.layers
-                                                                   for t in (layer.keys, layer.values)]
-
-    def move(self, src: torch.Tensor, dst: torch.Tensor) -> None:
-        """Copy every layer's slots `src` [b, W] to `dst` [b, W] (all read before any is written)."""
-        moved = self.kv[:, :, self.rows, :, src]  # [b, W, 2, layers, heads, d]
-        self.kv[:, :, self.rows, :, dst] = moved
-
-
-def check_static(model, slots: int) -> None:
-    """Raise ValueError where the static cache cannot hold the model's attention exactly."""
-    config = model.config.get_text_config(decoder=True)
-    window = getattr(config, "sliding_window", None)
-    if isinstance(window, int) and window < slots:
-        raise ValueError(f"cache_implementation='static' needs full attention; {type(model).__name__} attends to a "
-                         f"sliding window of {window} tokens, less than the {slots} this call may hold: leave "
-                         f"cache_implementation unset")
-    if getattr(model.config, "is_encoder_decoder", False):
-        raise ValueError("cache_implementation='static' needs a decoder-only model; leave cache_implementation unset "
-                         f"for {type(model).__name__}")
 
 
 class _State:

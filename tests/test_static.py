@@ -6,7 +6,8 @@ import transformers as T
 from hypothesis import given, settings, strategies as st
 
 from lookahead import generate
-from lookahead.static import COMPILED_WIDTHS, WIDTHS, SlotCache
+from lookahead.slot_cache import SlotCache
+from lookahead.static import COMPILED_WIDTHS, WIDTHS
 from models import CONFIGS, repeated_prompt, tiny_model
 from test_generate import left_padded
 

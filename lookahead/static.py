@@ -31,7 +31,7 @@ import torch
 from ._validate import cache_kwarg, forward_parameters
 from .slot_cache import SlotCache, check_static
 from .verify import _kernels as K
-from .verify.rules import argmax
+from .verify.rules import argmax, argmax_rows
 
 logger = logging.getLogger(__name__)
 WIDTHS = (1, 2, 4, 8, 16, 32, 64)  # query widths a step is padded to (one CUDA graph each); 64 at most: a query's
@@ -217,7 +217,7 @@ class StaticCausalLM:
         n, ((logits, ids), _) = batch.width + 1, self._launch(last, batch, stats)
         every = len(self.active) == len(self.write)
         if ids is None:
-            return argmax(logits[:, :n] if every else logits[self._active, :n])
+            return argmax(logits[:, :n]) if every else argmax_rows(logits, self._active, n)
         ids = ids.cpu().numpy()
         return np.ascontiguousarray(ids[:, :n] if every else ids[self.active, :n])
 

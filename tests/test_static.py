@@ -245,10 +245,15 @@ def _staggered():
 
 
 @pytest.mark.parametrize("draft", ["chain", "tree"])
-def test_rows_that_finish_are_compacted_away_and_the_rest_stays_exact(draft):
-    """When few rows still run, they move into a smaller batch (a power of four); the outputs stay greedy's."""
+@pytest.mark.parametrize("gather_most", [None, 0])
+def test_rows_that_finish_are_compacted_away_and_the_rest_stays_exact(monkeypatch, draft, gather_most):
+    """When few rows still run, they move into a smaller batch (a power of four); the outputs stay greedy's, whether
+    the running rows' argmax gathers their logits first or reduces them row by row (large logits: gather_most=0)."""
     import lookahead.static as S
+    import lookahead.verify.rules as R
 
+    if gather_most is not None:
+        monkeypatch.setattr(R, "GATHER_MOST", gather_most)
     model, batch, mask, eos = _staggered()
     expected = model.generate(batch, attention_mask=mask, do_sample=False, max_new_tokens=40, eos_token_id=eos)
     out = generate(model, batch, attention_mask=mask, max_new_tokens=40, eos_token_id=eos, lookup="suffix",
@@ -480,3 +485,15 @@ def test_a_tree_commits_move_buffer_is_kept_by_the_state_and_grows_when_a_step_i
     assert two.shape == (2, 2, 2) and four.shape == (2, 2, 4) and two.data_ptr() == four.data_ptr()
     wide = target._moves(40)
     assert wide.shape == (2, 2, 40) and target._moves(2).data_ptr() == wide.data_ptr() == target.state.moves.data_ptr()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("gather_most", [1 << 20, 0])
+def test_the_running_rows_argmax_is_the_gathered_rows_argmax(monkeypatch, dtype, gather_most):
+    """`argmax_rows`: each running row's argmax over its first n columns, gathered first or row by row in place."""
+    import lookahead.verify.rules as R
+
+    monkeypatch.setattr(R, "GATHER_MOST", gather_most)
+    torch.manual_seed(0)
+    logits, rows = torch.randn(6, 8, 50).to(dtype), torch.tensor([0, 2, 3, 5])
+    assert np.array_equal(R.argmax_rows(logits, rows, 5), logits[rows, :5].float().argmax(-1).numpy())

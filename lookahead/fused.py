@@ -61,7 +61,7 @@ class _Fused:
         self.target, self.run, self.max_new, self.clock = target, run, max_new, clock
         self.budget = run.sizing.max_nodes if not run.sizing.chain else run.sizing.length.max_tokens
         self.eos = np.array(sorted(run.stopper.eos), dtype=np.int64)
-        self.pads = target.pads(self.budget)  # padded(n) for n = 0 .. budget
+        self.pads = np.array([target.padded(n) for n in range(self.budget + 1)], dtype=np.int64)
         self._held = None  # (row ids, typed lists of their index arrays), kept across `run_rows` calls
 
     def run_rows(self, rows, outs: list, prefill=None) -> list:

@@ -174,10 +174,6 @@ class StaticCausalLM:
         aside)."""
         return self._fits[n + 1] - 1
 
-    def pads(self, upto: int) -> np.ndarray:
-        """`padded(n)` for n = 0 .. upto (<= `most`), as an array kept across calls (never written)."""
-        return _pads(tuple(self.widths), upto)
-
     def prefill(self, stats) -> torch.Tensor:
         """Logits [b, 1, V] after each prompt; the prompts' keys and values fill slots 0..P-1."""
         state, p, dev = self.state, self.p, self.model.device
@@ -371,13 +367,6 @@ def _compacted(live: int, compiled: bool) -> int:
 def _fits(widths: tuple) -> list:
     """The width of `widths` that n query tokens are padded to, for n = 0 .. widths[-1] (few distinct tuples)."""
     return [next(w for w in widths if w >= n) for n in range(widths[-1] + 1)]
-
-
-@functools.cache
-def _pads(widths: tuple, upto: int) -> np.ndarray:
-    """[upto + 1]: the draft columns a step of `widths` verifying n computes, for n = 0 .. upto (`padded`)."""
-    fits = _fits(widths)
-    return np.array([fits[n + 1] - 1 for n in range(upto + 1)], dtype=np.int64)
 
 
 def _bucket(n: int, sizes=WIDTHS) -> int:

@@ -14,8 +14,6 @@ next step, in the same forward as its drafts (right-padded: causal attention hid
 """
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 import torch
 
@@ -132,11 +130,6 @@ class CausalLM:
         """Draft columns a forward verifying at most n per row computes: n (rows pad to the widest draft)."""
         return n
 
-    @staticmethod
-    def pads(upto: int) -> np.ndarray:
-        """`padded(n)` for n = 0 .. upto: 0 .. upto, an array kept across calls (never written)."""
-        return _upto(upto)
-
     def prefill(self, stats) -> torch.Tensor:
         """Logits [b, 1, V] after each prompt."""
         logits = self.model(input_ids=self.input_ids, attention_mask=self.mask,
@@ -185,11 +178,6 @@ class CausalLM:
         """Keep only the batch rows `rows`, so that finished rows cost nothing more."""
         select_rows(self.cache, torch.tensor(rows, device=self._slots.device))
         self._slots, self.pos = self._slots[rows], self.pos[rows]
-
-
-@functools.cache
-def _upto(n: int) -> np.ndarray:
-    return np.arange(n + 1, dtype=np.int64)
 
 
 class Seq2SeqLM:

@@ -34,7 +34,6 @@ def same_drafts(monkeypatch):
     from lookahead.targets import CausalLM
 
     monkeypatch.setattr(StaticCausalLM, "padded", staticmethod(CausalLM.padded))
-    monkeypatch.setattr(StaticCausalLM, "pads", staticmethod(CausalLM.pads))  # the fused step's table of it
 
 
 @pytest.mark.parametrize("kwargs", [dict(), dict(lookup="suffix"), dict(lookup="suffix", draft="tree"),

@@ -1,10 +1,8 @@
-"""The dynamic cache's step kernels against their numpy formulas, and the targets' padding tables."""
+"""The dynamic cache's step kernels against their numpy formulas."""
 import numpy as np
-import pytest
 from hypothesis import given, settings, strategies as st
 
 from lookahead.verify import _kernels as K
-from models import tiny_model
 
 
 @given(data=st.data())
@@ -47,21 +45,6 @@ def test_a_commit_masks_what_each_row_kept_and_moves_its_positions_past_it(data)
     assert np.array_equal(slots[:, start:start + got], (np.arange(got) <= counts[:, None]).astype(np.int64))
     assert (slots[:, :start] == 9).all() and (slots[:, start + got:] == 9).all()
     assert np.array_equal(pos, np.arange(b) * 3 + counts + 1)
-
-
-@pytest.mark.parametrize("max_width", [1, 10, 15, 32, 63])
-def test_the_targets_padding_tables_agree_with_padded(max_width):
-    """`pads(n)` is `padded` of 0 .. n, for the dynamic cache and for the static step's widths."""
-    import torch
-
-    from lookahead.static import StaticCausalLM
-    from lookahead.targets import CausalLM
-
-    model, ids = tiny_model("llama"), torch.ones((1, 4), dtype=torch.long)
-    static = StaticCausalLM(model, ids, torch.ones_like(ids), 8, max_width, graphs=False)
-    for target in (CausalLM(model, ids, torch.ones_like(ids)), static):
-        upto = min(max_width, StaticCausalLM.most)
-        assert target.pads(upto).tolist() == [target.padded(n) for n in range(upto + 1)]
 
 
 @given(data=st.data(), dtype=st.sampled_from(["float32", "float64", "bfloat16"]))

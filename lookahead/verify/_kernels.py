@@ -150,25 +150,21 @@ def chain_inputs(last, drafts, sizes, pos, steps, slots, start):
 def tree_inputs(last, tokens, parents, pos, slots, width, low, steps, mask):
     """A tree step's inputs on the dynamic cache, b rows of N nodes (parents before children, -1: a child of the
     root): steps [2, b, N + 1] gets each row's tokens (its last token, then its nodes) and their positions (pos [b]
-    plus each column's depth); mask [b, 1, N + 1, width + N + 1] the additive attention mask, 0 where a query sees a
-    key and `low` where not: every query sees the row's cache slots that slots [b, >= width] marks, then its own
-    column and its ancestors'."""
+    plus each column's depth, `ancestry`); mask [b, 1, N + 1, width + N + 1] the additive attention mask, 0 where a
+    query sees a key and `low` where not: every query sees the row's cache slots that slots [b, >= width] marks, then
+    its own column and its ancestors'."""
     b, n = tokens.shape
-    seen = np.zeros((n + 1, n + 1), dtype=np.bool_)  # ancestor-or-self of each column, one row at a time
+    seen, depth = np.zeros((b, n + 1, n + 1), dtype=np.bool_), np.zeros((b, n + 1), dtype=np.int64)
+    ancestry(parents, seen, depth)
     for i in range(b):
-        seen[:, :] = False
-        seen[0, 0] = True
-        steps[0, i, 0], steps[1, i, 0] = last[i], pos[i]
-        for j in range(n):  # a parent's column is complete before its children copy it
-            col, up = j + 1, parents[i, j] + 1
-            steps[0, i, col], steps[1, i, col] = tokens[i, j], steps[1, i, up] + 1
-            seen[col, :col] = seen[up, :col]
-            seen[col, col] = True
+        for c in range(n + 1):
+            steps[0, i, c] = last[i] if c == 0 else tokens[i, c - 1]
+            steps[1, i, c] = pos[i] + depth[i, c]
         for q in range(n + 1):
             for s in range(width):
                 mask[i, 0, q, s] = 0.0 if slots[i, s] != 0 else low
             for c in range(n + 1):
-                mask[i, 0, q, width + c] = 0.0 if seen[q, c] else low
+                mask[i, 0, q, width + c] = 0.0 if seen[i, q, c] else low
 
 
 @njit(cache=True)

@@ -69,6 +69,8 @@ class CausalLM:
         self.width = mask.shape[1]
         self.cache, self.kv = new_cache(model), V.cache_kwarg(model)  # kv: the keyword the forward takes it by
         self.pos = mask.sum(-1).cpu().numpy()  # [b] position id of each row's next token
+        self.on_host = mask.device.type == "cpu"  # kernels write the step's inputs and the mask in place; else the
+        # mask is written on its device
 
     @property
     def mask(self) -> torch.Tensor:
@@ -76,12 +78,10 @@ class CausalLM:
         return self._slots[:, : self.width]
 
     def _masked(self, step: np.ndarray) -> torch.Tensor:
-        """The cache mask followed by `step` [b, W] (slots of the next forward), without copying the cache mask."""
+        """The cache mask followed by `step` [b, W] (slots of the next forward), without copying the cache mask; on a
+        CPU the kernels write the mask in place instead."""
         end = self._room(step.shape[1])
-        if self._slots.device.type != "cpu":
-            self._slots[:, self.width:end] = to_device(step, self._slots.device, self._slots.dtype)
-        else:  # numpy's assignment into the same memory: a fraction of torch's per-call cost
-            self._slots.numpy()[:, self.width:end] = step
+        self._slots[:, self.width:end] = to_device(step, self._slots.device, self._slots.dtype)
         return self._slots[:, :end]
 
     def _room(self, n: int) -> int:
@@ -96,19 +96,19 @@ class CausalLM:
     def _chain_inputs(self, last: np.ndarray, batch) -> tuple:
         """(tokens [b, N+1], positions [b, N+1], the mask of the cache and the step [b, S + N + 1]) of a chain step:
         on a CPU one kernel writes them all, the mask in place."""
-        steps, end = np.empty((2, len(last), batch.width + 1), dtype=np.int64), self._room(batch.width + 1)
-        if self._slots.device.type != "cpu":  # the mask's columns written on the host, then copied
+        steps = np.empty((2, len(last), batch.width + 1), dtype=np.int64)
+        if not self.on_host:  # the mask's columns written on the host, then copied
             cols = np.empty((len(last), batch.width + 1), dtype=np.int64)
             K.chain_inputs(last, batch.tokens, batch.sizes, self.pos, steps, cols, 0)
-            self._slots[:, self.width:end] = to_device(cols, self._slots.device, self._slots.dtype)
-        else:
-            K.chain_inputs(last, batch.tokens, batch.sizes, self.pos, steps, self._slots.numpy(), self.width)
+            return steps[0], steps[1], self._masked(cols)
+        end = self._room(batch.width + 1)
+        K.chain_inputs(last, batch.tokens, batch.sizes, self.pos, steps, self._slots.numpy(), self.width)
         return steps[0], steps[1], self._slots[:, :end]
 
     def _tree_inputs(self, last: np.ndarray, batch) -> tuple:
         """(tokens [b, N+1], positions [b, N+1], the additive 4D mask [b, 1, N+1, S+N+1]) of a tree step: on a CPU
         one kernel writes them all (the mask in float32, or float64, then in the model's dtype: the same values)."""
-        if self._slots.device.type != "cpu":  # the mask built on the device
+        if not self.on_host:  # the mask built on the device
             tokens = np.empty((len(last), batch.width + 1), dtype=np.int64)
             tokens[:, 0], tokens[:, 1:] = last, batch.tokens
             seen, depth = batch.ancestry
@@ -167,7 +167,7 @@ class CausalLM:
     def _kept(self, width: int, counts: np.ndarray) -> int:
         """Mask the step's first `width` slots (0: the most any row kept) to each row's root and counts [b] accepted
         nodes; move the positions on. Returns the width."""
-        if self._slots.device.type == "cpu":  # one kernel, the mask in place
+        if self.on_host:  # one kernel, the mask in place
             return K.commit_slots(self._slots.numpy(), self.width, width, counts, self.pos)
         width = width or int(counts.max()) + 1
         self._masked(np.arange(width)[None, :] <= counts[:, None])

@@ -1,5 +1,6 @@
 """The dynamic cache's step kernels against their numpy formulas."""
 import numpy as np
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from lookahead.verify import _kernels as K
@@ -74,3 +75,33 @@ def test_a_tree_steps_inputs_are_what_the_ancestry_and_tree_mask_give(data, dtyp
     assert np.array_equal(steps[0], np.concatenate([last[:, None], tokens], 1))
     assert np.array_equal(steps[1], pos[:, None] + depth)
     assert torch.equal(torch.from_numpy(mask).to(torch_dtype), expected)
+
+
+@pytest.mark.parametrize("draft", ["chain", "tree"])
+@pytest.mark.parametrize("on_host", [True, False])
+def test_the_dynamic_cache_matches_greedy_with_its_mask_written_in_place_or_on_the_device(monkeypatch, stories_model,
+                                                                                          draft, on_host):
+    """A left-padded batch of 3 real stories on the dynamic cache gives greedy's tokens, with long accepted drafts,
+    whether the kernels write the step's inputs and mask in place (a CPU) or the mask is written as on an accelerator
+    (`on_host` False: the CUDA paths, run on this CPU)."""
+    import torch
+
+    from lookahead import generate
+    from lookahead.targets import CausalLM
+
+    init = CausalLM.__init__
+
+    def patched(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        self.on_host = on_host
+
+    monkeypatch.setattr(CausalLM, "__init__", patched)
+    story = stories_model.generate(torch.tensor([[1]]), do_sample=False, max_new_tokens=60)
+    prompt = torch.cat([story, story[:, 1:25]], dim=1)  # the story, then its opening again: much to copy
+    ids, mask = torch.zeros((3, prompt.shape[1]), dtype=torch.long), torch.zeros((3, prompt.shape[1]), dtype=torch.long)
+    for i, pad in enumerate([0, 7, 3]):
+        ids[i, pad:], mask[i, pad:] = prompt[0, : prompt.shape[1] - pad], 1
+    expected = stories_model.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=40)
+    out, stats = generate(stories_model, ids, attention_mask=mask, max_new_tokens=40, lookup="suffix", draft=draft,
+                          cache_implementation="dynamic", return_stats=True)
+    assert torch.equal(out, expected) and stats.tokens_per_forward > 1.5

@@ -77,8 +77,8 @@ class TreeSizing:
     chain = False
 
     def __init__(self, max_nodes: int, max_tokens: int, cost):
-        self.max_nodes, self.cost = max_nodes, cost
-        self.length = DraftLength(max_tokens, cost)
+        self.max_nodes = max_nodes
+        self.length = DraftLength(max_tokens, cost)  # its `cost` prices the trees too (`_step_costs`)
         self.calibration = TreeCalibration()
 
     def draft(self, indexes: list, rooms: np.ndarray, padded=None) -> list:

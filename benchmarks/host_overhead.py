@@ -6,6 +6,7 @@ recorded code edits, one CPU thread, methods in turns in the same run. Harness: 
     python benchmarks/host_overhead.py --batch 1 --repeats 5
     python benchmarks/host_overhead.py --cold           # what one small operation costs right after a forward
     python benchmarks/host_overhead.py --vocab 1024     # a forward that leaves the host's caches warm (as on a GPU)
+    python benchmarks/host_overhead.py --vocab 1024 --batch 1 --floor   # + the least host work of any such step
 """
 from __future__ import annotations
 
@@ -39,6 +40,9 @@ def main(argv=None) -> int:
     parser.add_argument("--vocab", type=positive_int, default=VOCAB,
                         help="vocabulary of the model; a small one (e.g. 1024: the traces' ids folded into it) makes "
                              "a forward that leaves the host's caches warm, as a GPU's forward does")
+    parser.add_argument("--floor", type=positive_int, nargs="?", const=15, default=None, metavar="WIDTH",
+                        help="also time `floor` at batch 1: the least host work of a speculative step (a free drafter "
+                             "that is always right, WIDTH draft tokens a step, default 15; see lookahead.bench.host)")
     parser.add_argument("--cold", action="store_true",
                         help="only time small host operations right after a forward and again at once")
     args = parser.parse_args(argv)
@@ -59,7 +63,8 @@ def main(argv=None) -> int:
         traces = host.folded(traces, args.vocab)
     model = random_model(args.shape, args.vocab, eos)
     rows = host.run_host(model, traces, eos, tuple(args.batch), args.prompts, args.repeats, args.max_new,
-                         tuple(args.methods), log=lambda line: print(line, file=sys.stderr, flush=True))
+                         tuple(args.methods), log=lambda line: print(line, file=sys.stderr, flush=True),
+                         floor_width=args.floor)
     print(f"\nHost time per step outside the forward, random-weight {args.shape} Llama, vocabulary {args.vocab}, CPU, "
           f"torch threads {torch.get_num_threads()}, at most {args.max_new} new tokens, {args.repeats} rounds "
           "(median, min-max)\n")

@@ -153,6 +153,22 @@ def test_host_overhead_rows(setup):
     assert "| 3 | hf-greedy |" in host.split_markdown(rows)
 
 
+def test_the_floor_writes_the_recording_at_batch_1_only(setup):
+    """`host_overhead.py --floor`: the floor loop writes every recording (rows that end early with eos among them), at
+    batch 1 only, as a ratio to greedy; and it refuses a batch."""
+    traces, eos, model = setup
+    rows = host.run_host(model, traces, eos, batches=(1, 3), prompts_at_1=3, repeats=1, max_new=24,
+                         methods=("hf-greedy",), floor_width=4)
+    assert [(r.batch, r.method) for r in rows] == [(1, "hf-greedy"), (1, host.FLOOR), (3, "hf-greedy")]
+    floor = rows[1]
+    assert floor.mismatches == 0 and np.isfinite(floor.ratio) and len(floor.split) == 4
+    assert floor.steps == sum(-(-len(o) // 5) for _, o in traces)  # after the prefill's token, 4 drafts + 1 a step
+    forced = ForcedOutputs(traces, eos)  # refused before any forward: not attached
+    ids, mask = e2e.left_pad([p for p, _ in traces[:2]], eos, "cpu")
+    with pytest.raises(ValueError, match="one row at a time, got a batch of 2"):
+        host.floor(model, ids, mask, 8, eos, forced)
+
+
 def test_folded_traces_fit_a_small_vocabulary_and_keep_their_copies():
     """`host_overhead.py --vocab`: ids fold below the eos id (vocab - 1), and a copied span stays a copy."""
     [(prompt, output)] = host.folded([([5, 1030, 7, 2000, 1022], [1030, 7, 1022])], 1024)

@@ -153,6 +153,8 @@ def generate_with(method, model, ids, mask, max_new: int, eos: int, **extra):
         (LongTensor [b, prompt + new], lookahead's GenerationStats or None for transformers' methods).
     """
     common = dict(attention_mask=mask, max_new_tokens=max_new, eos_token_id=eos, pad_token_id=eos)
+    if method.runner == "call":  # a method that brings its own loop (``options["generate"]``)
+        return method.options["generate"](model, ids, mask, max_new, eos), None
     if method.runner == "hf":
         return model.generate(ids, do_sample=False, **common, **method.options), None
     from ..generate import generate

@@ -7,6 +7,11 @@ the prefill: drafting, acceptance, cache commit, logits processing and bookkeepi
 ratio to transformers' greedy host time per step at the same batch size (issue targets at batch 1: chains <= 0.15x,
 trees <= 0.30x).
 
+`floor` (method "floor", batch 1) is the least host work a speculative step can do: a drafter that costs nothing
+and is always right (the recording's next tokens), the step's input tensor made from a list, the forward, one argmax
+of its logits on the host and the comparison in Python. No decoder anyone would ship; the host time of any step that
+verifies drafts with the model and reads its choices on the host is at least this.
+
 Example::
 
     rows = run_host(random_model("tiny", 50257, 50256), traces, eos=50256)
@@ -14,17 +19,19 @@ Example::
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
 
 from .e2e import left_pad
 from .forcing import ForcedOutputs
-from .methods import resolve
+from .methods import Method, resolve
 from .steps import Batch, run_rounds
 from .timing import ForwardTimer, spread
 
 METHODS = ("hf-greedy", "lookahead-ngram", "lookahead-suffix", "lookahead-suffix-tree")
+FLOOR = "floor"  # the lower bound of a speculative step's host work (`floor`), at batch 1 only
 TARGETS = {"lookahead-ngram": 0.15, "lookahead-suffix": 0.15, "lookahead-suffix-tree": 0.30}  # at batch 1
 
 
@@ -44,13 +51,18 @@ class HostRow:
 
 
 def run_host(model, traces: list, eos: int, batches=(1, 8, 16), prompts_at_1: int = 4, repeats: int = 3,
-             max_new: int = 128, methods=METHODS, log=None) -> list:
+             max_new: int = 128, methods=METHODS, log=None, floor_width: int | None = None) -> list:
     """HostRows for every batch size and method (batch 1: `prompts_at_1` prompts one by one; batch b: the first b
-    prompts in one call; methods in turns, a warm-up call each)."""
+    prompts in one call; methods in turns, a warm-up call each); `floor_width`: also `floor` at batch 1, drafting
+    that many tokens a step."""
     forced = ForcedOutputs(traces, eos, model.device)
     hook = forced.attach(model)
     timer = ForwardTimer(model.device)
-    rows = []
+    rows, methods = [], resolve(methods, need="generate")
+    if floor_width is not None:
+        run = functools.partial(floor, forced=forced, width=floor_width)
+        lower = Method(FLOOR, "the least host work of a speculative step (`host.floor`)", runner="call",
+                       options={"generate": run})
     try:
         for batch in batches:
             if batch > len(traces):
@@ -58,8 +70,8 @@ def run_host(model, traces: list, eos: int, batches=(1, 8, 16), prompts_at_1: in
             groups = [[i] for i in range(min(prompts_at_1, len(traces)))] if batch == 1 else [list(range(batch))]
             calls = [Batch(*left_pad([traces[i][0] for i in g], eos, model.device), tuple(g), max_new) for g in groups]
             say = (lambda line, b=batch: log(f"batch {b}: {line}")) if log else None
-            samples, _ = run_rounds(model, resolve(methods, need="generate"), calls, forced, timer, eos, repeats,
-                                    log=say)
+            timed = methods + [lower] if floor_width is not None and batch == 1 else methods
+            samples, _ = run_rounds(model, timed, calls, forced, timer, eos, repeats, log=say)
             rows += [_row(batch, name, runs) for name, runs in samples.items()]
     finally:
         hook.remove()
@@ -67,6 +79,53 @@ def run_host(model, traces: list, eos: int, batches=(1, 8, 16), prompts_at_1: in
     for r in rows:
         r.ratio = r.host_ms[0] / greedy[r.batch] if r.batch in greedy else float("nan")
     return rows
+
+
+def floor(model, ids, mask, max_new: int, eos: int, forced: ForcedOutputs, width: int = 15):
+    """Generate one row as a speculative decoder whose drafter is free and always right: each step verifies the
+    recording's next `width` tokens (`forced` makes the model choose them) in one forward over the dynamic cache
+    (transformers' own: its update and causal mask fall inside the forward), takes the argmax of the step's logits on
+    the host and compares it with the draft in Python. Every draft is accepted, so the cache is never cut back. The
+    host time between its forwards is the least that any step of this kind (drafts verified by the model, choices
+    read on the host) spends on this machine.
+
+    Returns:
+        LongTensor [1, prompt + new], as `generate` (eos ends a row and is kept).
+    """
+    import torch
+    from transformers import DynamicCache
+
+    from .._validate import cache_kwarg
+
+    if ids.shape[0] != 1:
+        raise ValueError(f"floor generates one row at a time, got a batch of {ids.shape[0]}")
+    recorded = forced.expected(forced.row_of(ids[0][mask[0].bool()].tolist()), max_new)  # before the prefill: free
+    n, cache = ids.shape[1], DynamicCache(config=model.config)
+    kv = {cache_kwarg(model): cache}  # transformers' keyword for the cache
+    positions = torch.arange(n + max_new + width, device=ids.device)[None]
+    step = torch.zeros((1, width + 1), dtype=torch.long)  # the step's input tensor, written through a numpy view
+    inputs = step.numpy()
+    with torch.inference_mode():
+        logits = model(input_ids=ids, attention_mask=mask, **kv, use_cache=True).logits
+        out = [int(logits[0, -1].argmax())]
+        while len(out) < max_new and out[-1] != eos:
+            draft = recorded[len(out): len(out) + min(width, max_new - len(out) - 1)]
+            at, q = n + len(out) - 1, len(draft) + 1  # the position of the step's first input (the last token)
+            inputs[0, 0] = out[-1]
+            inputs[0, 1:q] = draft
+            logits = model(input_ids=step[:, :q].to(ids.device), **kv, use_cache=True,
+                           position_ids=positions[:, at: at + q]).logits
+            choices = logits.cpu().numpy()[0].argmax(-1).tolist()
+            k = 0
+            while k < len(draft) and choices[k] == draft[k]:
+                k += 1
+            if k < len(draft):  # a real step would cut its cache back here, and cost more
+                raise RuntimeError(f"floor: the model rejected the recorded token at new token {len(out) + k}; it "
+                                   "runs on forced replays only (`ForcedOutputs`)")
+            out += draft + [choices[k]]
+        if eos in out:
+            out = out[: out.index(eos) + 1]
+    return torch.cat([ids, torch.tensor([out], dtype=ids.dtype, device=ids.device)], dim=1)
 
 
 def _row(batch: int, method: str, runs: list) -> HostRow:

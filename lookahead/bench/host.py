@@ -85,7 +85,8 @@ def floor(model, ids, mask, max_new: int, eos: int, forced: ForcedOutputs, width
     """Generate one row as a speculative decoder whose drafter is free and always right: each step verifies the
     recording's next `width` tokens (`forced` makes the model choose them) in one forward over the dynamic cache
     (transformers' own: its update and causal mask fall inside the forward), takes the argmax of the step's logits on
-    the host and compares it with the draft in Python. Every draft is accepted, so the cache is never cut back. The
+    the host and compares it with the draft in Python. No logits outlive their argmax (large ones cost their memory
+    map when freed), and the prefill computes its last column only. Every draft is accepted, so the cache is never cut back. The
     host time between its forwards is the least that any step of this kind (drafts verified by the model, choices
     read on the host) spends on this machine.
 
@@ -96,6 +97,7 @@ def floor(model, ids, mask, max_new: int, eos: int, forced: ForcedOutputs, width
     from transformers import DynamicCache
 
     from .._validate import cache_kwarg
+    from ..static import last_logits_only
 
     if ids.shape[0] != 1:
         raise ValueError(f"floor generates one row at a time, got a batch of {ids.shape[0]}")
@@ -106,16 +108,15 @@ def floor(model, ids, mask, max_new: int, eos: int, forced: ForcedOutputs, width
     step = torch.zeros((1, width + 1), dtype=torch.long)  # the step's input tensor, written through a numpy view
     inputs = step.numpy()
     with torch.inference_mode():
-        logits = model(input_ids=ids, attention_mask=mask, **kv, use_cache=True).logits
-        out = [int(logits[0, -1].argmax())]
+        out = [int(model(input_ids=ids, attention_mask=mask, **kv, use_cache=True, **last_logits_only(model))
+                   .logits[0, -1].argmax())]
         while len(out) < max_new and out[-1] != eos:
             draft = recorded[len(out): len(out) + min(width, max_new - len(out) - 1)]
             at, q = n + len(out) - 1, len(draft) + 1  # the position of the step's first input (the last token)
             inputs[0, 0] = out[-1]
             inputs[0, 1:q] = draft
-            logits = model(input_ids=step[:, :q].to(ids.device), **kv, use_cache=True,
-                           position_ids=positions[:, at: at + q]).logits
-            choices = logits.cpu().numpy()[0].argmax(-1).tolist()
+            choices = model(input_ids=step[:, :q].to(ids.device), **kv, use_cache=True,  # the logits live no
+                            position_ids=positions[:, at: at + q]).logits.cpu().numpy()[0].argmax(-1).tolist()  # longer
             k = 0
             while k < len(draft) and choices[k] == draft[k]:
                 k += 1

@@ -8,9 +8,9 @@ ratio to transformers' greedy host time per step at the same batch size (issue t
 trees <= 0.30x).
 
 `floor` (method "floor", batch 1) is the least host work a speculative step can do: a drafter that costs nothing
-and is always right (the recording's next tokens), the step's input tensor made from a list, the forward, one argmax
-of its logits on the host and the comparison in Python. No decoder anyone would ship; the host time of any step that
-verifies drafts with the model and reads its choices on the host is at least this.
+and is always right (the recording's next tokens), the step's inputs written into a kept tensor, the forward, one
+argmax of its logits on the host and the comparison in Python. No decoder anyone would ship; the host time of any
+step that verifies drafts with the model and reads its choices on the host is at least this.
 
 Example::
 
@@ -85,10 +85,10 @@ def floor(model, ids, mask, max_new: int, eos: int, forced: ForcedOutputs, width
     """Generate one row as a speculative decoder whose drafter is free and always right: each step verifies the
     recording's next `width` tokens (`forced` makes the model choose them) in one forward over the dynamic cache
     (transformers' own: its update and causal mask fall inside the forward), takes the argmax of the step's logits on
-    the host and compares it with the draft in Python. No logits outlive their argmax (large ones cost their memory
-    map when freed), and the prefill computes its last column only. Every draft is accepted, so the cache is never cut back. The
-    host time between its forwards is the least that any step of this kind (drafts verified by the model, choices
-    read on the host) spends on this machine.
+    the host and compares it with the draft in Python. Every draft is accepted, so the cache is never cut back. No
+    logits outlive their argmax (large ones cost their memory map when freed), and the prefill computes its last
+    column only. The host time between its forwards is the least that any step of this kind (drafts verified by the
+    model, choices read on the host) spends on this machine.
 
     Returns:
         LongTensor [1, prompt + new], as `generate` (eos ends a row and is kept).
@@ -115,8 +115,10 @@ def floor(model, ids, mask, max_new: int, eos: int, forced: ForcedOutputs, width
             at, q = n + len(out) - 1, len(draft) + 1  # the position of the step's first input (the last token)
             inputs[0, 0] = out[-1]
             inputs[0, 1:q] = draft
-            choices = model(input_ids=step[:, :q].to(ids.device), **kv, use_cache=True,  # the logits live no
-                            position_ids=positions[:, at: at + q]).logits.cpu().numpy()[0].argmax(-1).tolist()  # longer
+            logits = model(input_ids=step[:, :q].to(ids.device), **kv, use_cache=True,
+                           position_ids=positions[:, at: at + q]).logits
+            choices = logits.cpu().numpy()[0].argmax(-1).tolist()
+            del logits  # freed before the next forward, as lookahead's step frees its own
             k = 0
             while k < len(draft) and choices[k] == draft[k]:
                 k += 1

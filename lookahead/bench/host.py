@@ -20,10 +20,15 @@ Example::
 from __future__ import annotations
 
 import functools
+import time
 from dataclasses import dataclass
 
 import numpy as np
+import torch
+from transformers import DynamicCache
 
+from .._validate import cache_kwarg
+from ..static import last_logits_only
 from .e2e import left_pad
 from .forcing import ForcedOutputs
 from .methods import Method, resolve
@@ -59,10 +64,9 @@ def run_host(model, traces: list, eos: int, batches=(1, 8, 16), prompts_at_1: in
     hook = forced.attach(model)
     timer = ForwardTimer(model.device)
     rows, methods = [], resolve(methods, need="generate")
-    if floor_width is not None:
-        run = functools.partial(floor, forced=forced, width=floor_width)
-        lower = Method(FLOOR, "the least host work of a speculative step (`host.floor`)", runner="call",
-                       options={"generate": run})
+    at_1 = [] if floor_width is None else [Method(
+        FLOOR, "the least host work of a speculative step (`host.floor`)", runner="call",
+        options={"generate": functools.partial(floor, forced=forced, width=floor_width)})]
     try:
         for batch in batches:
             if batch > len(traces):
@@ -70,7 +74,7 @@ def run_host(model, traces: list, eos: int, batches=(1, 8, 16), prompts_at_1: in
             groups = [[i] for i in range(min(prompts_at_1, len(traces)))] if batch == 1 else [list(range(batch))]
             calls = [Batch(*left_pad([traces[i][0] for i in g], eos, model.device), tuple(g), max_new) for g in groups]
             say = (lambda line, b=batch: log(f"batch {b}: {line}")) if log else None
-            timed = methods + [lower] if floor_width is not None and batch == 1 else methods
+            timed = methods + (at_1 if batch == 1 else [])
             samples, _ = run_rounds(model, timed, calls, forced, timer, eos, repeats, log=say)
             rows += [_row(batch, name, runs) for name, runs in samples.items()]
     finally:
@@ -93,12 +97,6 @@ def floor(model, ids, mask, max_new: int, eos: int, forced: ForcedOutputs, width
     Returns:
         LongTensor [1, prompt + new], as `generate` (eos ends a row and is kept).
     """
-    import torch
-    from transformers import DynamicCache
-
-    from .._validate import cache_kwarg
-    from ..static import last_logits_only
-
     if ids.shape[0] != 1:
         raise ValueError(f"floor generates one row at a time, got a batch of {ids.shape[0]}")
     recorded = forced.expected(forced.row_of(ids[0][mask[0].bool()].tolist()), max_new)  # before the prefill: free
@@ -200,10 +198,6 @@ def cold_costs(model, tokens: int = 11, repeats: int = 100) -> list:
     """(operation, microseconds right after a forward over `tokens` tokens, microseconds when repeated at once):
     medians over `repeats` forwards. A forward streams the weights and the logits through the CPU's caches, so the
     host's next operation finds its own code and data evicted."""
-    import time
-
-    import torch
-
     ids = torch.randint(0, model.config.vocab_size, (1, tokens), device=model.device)
     a, t = np.zeros(5), torch.zeros(1)
     rows = []

@@ -153,8 +153,12 @@ class CausalLM:
         return argmax(self.verify(last, batch, stats))
 
     def commit(self, batch, verdict) -> None:
-        """Keep each row's last token and accepted drafts in the cache; mask the slots of rows that accepted fewer."""
+        """Keep each row's last token and accepted drafts in the cache; mask the slots of rows that accepted fewer.
+
+        The slot mask holds the step's N + 1 columns first: a commit writes at most that many (the root and at most
+        N accepted nodes), and a tree's step, unlike a chain's, writes none of them before."""
         start = self.width
+        self._room(batch.width + 1)
         if verdict.in_place:  # chains, and trees whose first nodes were accepted in order: cut the rest
             width = self._kept(0, verdict.counts)
             rollback(self.cache, start + width, start + batch.width + 1)
@@ -166,7 +170,7 @@ class CausalLM:
 
     def _kept(self, width: int, counts: np.ndarray) -> int:
         """Mask the step's first `width` slots (0: the most any row kept) to each row's root and counts [b] accepted
-        nodes; move the positions on. Returns the width."""
+        nodes; move the positions on. Returns the width. The slot mask holds them (`commit` grew it)."""
         if self.on_host:  # one kernel, the mask in place
             return K.commit_slots(self._slots.numpy(), self.width, width, counts, self.pos)
         width = width or int(counts.max()) + 1

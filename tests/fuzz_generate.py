@@ -1,0 +1,108 @@
+"""A fuzz of `generate` meant to run under numba's bounds checks (`test_bounds.py` runs it in a process of its own
+with NUMBA_BOUNDSCHECK=1 and a fresh NUMBA_CACHE_DIR): a kernel compiled without checks that writes past its array
+corrupts the heap silently; compiled with them, it raises IndexError.
+
+Every greedy call must equal `model.generate(do_sample=False)`; a sampling call must return well-formed rows. The
+calls span what reaches the kernels' buffers at their edges: batches with ragged prompts of one token on, calls that
+run to `max_new_tokens` (where the room left and the draft width meet) or whose rows end early at an eos, chain and
+tree budgets from 1 to 64, `draft_cost` 0 and default, the dynamic and the static cache, the fused and the unfused
+loop, repetitive and random prompts, on the bundled pretrained model and on a random one. FUZZ_EXAMPLES sets the
+number of calls (default 300).
+"""
+import functools
+import os
+
+import numpy as np
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from transformers import AutoModelForCausalLM
+
+from lookahead import generate
+from lookahead.models import default_model_path
+from models import tiny_model
+
+EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "300"))
+
+
+@functools.cache
+def _model(name: str):
+    if name == "stories":
+        return AutoModelForCausalLM.from_pretrained(default_model_path()).eval()
+    return tiny_model("llama", seed=3)
+
+
+@functools.cache
+def _common_tokens(name: str) -> tuple:
+    """The ten most frequent tokens of a greedy story of the model: eos ids that end rows early."""
+    story = _model(name).generate(torch.tensor([[1]]), do_sample=False, max_new_tokens=200)[0, 1:]
+    return tuple(int(t) for t in torch.bincount(story).argsort(descending=True)[:10])
+
+
+@st.composite
+def calls(draw) -> dict:
+    """One `generate` call: its model, left-padded prompts and arguments."""
+    name = draw(st.sampled_from(["stories", "random"]))
+    vocab = _model(name).config.vocab_size
+    lengths = draw(st.lists(st.integers(1, 60), min_size=1, max_size=4))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    kind = draw(st.sampled_from(["random", "repeat", "period"]))
+    rows = []
+    for n in lengths:
+        if kind == "random":
+            rows.append(rng.integers(3, vocab, n))
+        elif kind == "repeat":  # a stretch and its copy: long matches from the first steps on
+            half = rng.integers(3, vocab, (n + 1) // 2)
+            rows.append(np.concatenate([half, half])[:n])
+        else:  # a short period: drafts as long as the budget allows, every step
+            rows.append(np.resize(rng.integers(3, vocab, int(rng.integers(1, 4))), n))
+    width = max(lengths)
+    ids, mask = torch.zeros((len(rows), width), dtype=torch.long), torch.zeros((len(rows), width), dtype=torch.long)
+    for i, row in enumerate(rows):
+        ids[i, width - len(row):], mask[i, width - len(row):] = torch.from_numpy(row), 1
+    draft = draw(st.sampled_from(["chain", "tree"]))
+    kwargs = dict(lookup="suffix" if draft == "tree" else draw(st.sampled_from(["ngram", "suffix"])), draft=draft,
+                  max_new_tokens=draw(st.integers(1, 300)), draft_cost=draw(st.sampled_from([None, 0.0])),
+                  cache_implementation=draw(st.sampled_from(["dynamic", "static"])),
+                  eos_token_id=draw(st.sampled_from([[], [_common_tokens(name)[draw(st.integers(0, 9))]]])),
+                  pad_token_id=0)
+    budget = draw(st.one_of(st.none(), st.integers(1, 64)))
+    kwargs["max_draft_nodes" if draft == "tree" else "num_draft_tokens"] = budget
+    if draw(st.booleans()):  # the unfused loop: it records scores
+        kwargs.update(return_dict_in_generate=True, output_scores=True)
+    sample = draw(st.sampled_from([False, False, True]))
+    return dict(name=name, ids=ids, mask=mask, sample=sample, kwargs=kwargs)
+
+
+def _sequences(out) -> torch.Tensor:
+    return out.sequences if hasattr(out, "sequences") else out
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
+@given(calls())
+def test_generate_stays_in_bounds_and_equals_greedy(call):
+    """Greedy calls equal `model.generate`; sampling calls return rows of valid ids that stop where they may."""
+    model, ids, mask, kwargs = _model(call["name"]), call["ids"], call["mask"], call["kwargs"]
+    if call["sample"]:
+        out = _sequences(generate(model, ids, attention_mask=mask, do_sample=True, generator=0, **kwargs))
+        new = out[:, ids.shape[1]:]
+        assert 1 <= new.shape[1] <= kwargs["max_new_tokens"]
+        assert bool(((new >= 0) & (new < model.config.vocab_size)).all())
+        return
+    out = _sequences(generate(model, ids, attention_mask=mask, **kwargs))
+    reference = {k: v for k, v in kwargs.items() if k in ("max_new_tokens", "eos_token_id", "pad_token_id")}
+    expected = model.generate(ids, attention_mask=mask, do_sample=False, **reference)
+    assert torch.equal(out, expected)
+
+
+def test_a_tree_call_to_max_new_tokens_on_a_short_prompt():
+    """The bug of issue 25: a dynamic-cache tree at batch 1 that runs to `max_new_tokens` committed past the slot mask
+    (whose first size held twice the prompt plus 64 slots) once the output outgrew it."""
+    model = _model("stories")
+    for length in (1, 5, 12, 20):
+        ids = torch.from_numpy(np.random.default_rng(length).integers(3, 512, (1, length)))
+        expected = model.generate(ids, do_sample=False, max_new_tokens=128, eos_token_id=[], pad_token_id=0)
+        for nodes in (None, 1, 5, 64):
+            out = generate(model, ids, lookup="suffix", draft="tree", max_new_tokens=128, draft_cost=0,
+                           max_draft_nodes=nodes, eos_token_id=[], pad_token_id=0)
+            assert torch.equal(out, expected), (length, nodes)

@@ -1,4 +1,4 @@
-"""The JSONL job (`lookahead.batch.run`) against a plain `model.generate` loop over the same file, and the Ray
+"""The JSONL job (`lookahead.job.run`) against a plain `model.generate` loop over the same file, and the Ray
 engine's overhead on one machine.
 
 Summarization and code-edit traces (`traces.py`, ../shared/data; nothing is copied into the repo) are written out as
@@ -28,7 +28,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from traces import DEFAULT_DATA_DIR, load_traces, load_tokenizer  # noqa: E402
 
-from lookahead.batch import run  # noqa: E402
+from lookahead.job import run  # noqa: E402
 from lookahead.bench import ForcedReplay  # noqa: E402
 from lookahead.bench.e2e import SHAPES, free_id, random_model  # noqa: E402
 from lookahead.bench.forced import distinct_prompts  # noqa: E402

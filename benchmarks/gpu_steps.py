@@ -15,7 +15,8 @@ from pathlib import Path
 
 import torch
 
-from lookahead import generate, static
+from lookahead import generate
+from lookahead.target import static
 from lookahead.bench.e2e import left_pad, random_model
 from lookahead.bench.forcing import ForcedOutputs
 from lookahead.bench.traces_io import read_traces

@@ -10,7 +10,7 @@ extended with what the rows gained; reading the choices off the recording is not
 recording until a row's runs out; then the indexes are made anew, untimed, and the replay starts over.
 
 Variants: "chain" and "tree", the loop's step as `generate` runs it when a call is not fused; "fused-chain" and
-"fused-tree", the work of `lookahead.fused`'s step kernel (its acceptance and draft kernels, called apart here).
+"fused-tree", the work of `lookahead.decode.fused`'s step kernel (its acceptance and draft kernels, called apart here).
 Budgets are a static step's: 15 tokens, 63 nodes.
 
     python benchmarks/host_step.py                 # every variant, batch 1 and 16
@@ -26,14 +26,14 @@ from pathlib import Path
 import numpy as np
 from numba import typed
 
-from lookahead import _fused_kernels as FK
+from lookahead.decode import _fused_kernels as FK
 from lookahead.bench.arguments import positive_int
 from lookahead.bench.traces_io import read_traces
 from lookahead.index import NgramIndex, SuffixIndex
-from lookahead.policy import _BUCKETS
-from lookahead.processing import Stopper
-from lookahead.sizing import make_sizing
-from lookahead.static import WIDTHS
+from lookahead.decode.policy import _BUCKETS
+from lookahead.decode.processing import Stopper
+from lookahead.decode.sizing import make_sizing
+from lookahead.target.static import WIDTHS
 from lookahead.verify import tree as T
 from lookahead.verify.batch import DraftBatch, _chain_parents
 from lookahead.verify.rules import greedy

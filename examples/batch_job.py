@@ -7,7 +7,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from lookahead.batch import run
+from lookahead.job import run
 
 INPUT = Path(__file__).resolve().parent / "stories.jsonl"
 MODEL = None  # None: the bundled stories260K

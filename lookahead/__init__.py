@@ -10,7 +10,7 @@ import types
 __all__ = ["GenerationStats", "Memory", "NgramIndex", "SuffixIndex", "custom_generate", "generate", "pipeline",
            "plugin"]
 __version__ = "0.1.0"
-_SOURCES = {"GenerationStats": ".generate", "generate": ".generate", "Memory": ".memory", "NgramIndex": ".index",
+_SOURCES = {"GenerationStats": ".generate", "generate": ".generate", "Memory": ".index.memory", "NgramIndex": ".index",
             "SuffixIndex": ".index", "custom_generate": ".plugin", "pipeline": ".plugin", "plugin": ".plugin"}
 
 

@@ -4,35 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-
-def positive_int(text: str) -> int:
-    """argparse type: an int >= 1 (a bad value gets argparse's one-line error and exit status 2)."""
-    return _number(text, int, lambda v: v >= 1, "an integer >= 1")
-
-
-def non_negative_int(text: str) -> int:
-    """argparse type: an int >= 0."""
-    return _number(text, int, lambda v: v >= 0, "an integer >= 0")
-
-
-def positive_float(text: str) -> float:
-    """argparse type: a finite float > 0."""
-    return _number(text, float, lambda v: 0 < v < float("inf"), "a number > 0")
-
-
-def probability(text: str) -> float:
-    """argparse type: a float in (0, 1]."""
-    return _number(text, float, lambda v: 0 < v <= 1, "a number in (0, 1]")
-
-
-def _number(text: str, kind, ok, expected: str):
-    try:
-        value = kind(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
-    if not ok(value):
-        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
-    return value
+from .arguments import positive_int
 
 
 def _demo(args) -> int:
@@ -50,7 +22,7 @@ def _demo(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .batch import cli as batch
+    from .job import cli as job
     from .bench import cli as bench
     from .demo import DEFAULT_MODEL
 
@@ -63,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--max-ngram", type=positive_int, default=4)
     demo.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda when present)")
     demo.set_defaults(func=_demo)
-    batch.add_parser(sub)
+    job.add_parser(sub)
     bench.add_parser(sub)
     return parser
 

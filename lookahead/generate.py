@@ -1,4 +1,6 @@
-"""The decode loop: draft from an index, verify every draft token in one target forward, keep what the target agrees with.
+"""The entry points: `generate` (lookahead's arguments checked, the rest handed to `model.generate`) and `decode`
+(the loop as transformers calls a `custom_generate`): draft from an index, verify every draft token in one target
+forward, keep what the target agrees with.
 
 References: Leviathan et al., "Fast Inference from Transformers via Speculative Decoding" (2023); Saxena, "Prompt
 Lookup Decoding" (2023); Miao et al., "SpecInfer" (2024) for trees. Greedy verification is exact: the output equals
@@ -6,59 +8,22 @@ plain greedy decoding token for token. Sampling verification is exact in distrib
 
 `generate` checks lookahead's own arguments and hands the rest to `model.generate` with `decode` as its decoding loop
 (transformers' `custom_generate`), so the generation config, logits processors, stopping criteria and encoder outputs
-are prepared by transformers exactly as for its own loops. A step, the same for chains and trees, greedy and sampling:
-
-    draft (each row's index, sized by the policy) -> cut (what a processor forbids) -> verify (one forward)
-    -> score (processors, each position with its own prefix) -> accept (the rule) -> update the sizing
-    -> commit (the cache keeps the accepted path) -> advance (append, stop, drop finished rows)
+are prepared by transformers exactly as for its own loops. The step itself is `lookahead.decode.loop`; the room each part lives in is in docs/architecture.md.
 """
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from . import _validate as V
-from .calibrate import draft_cost
-from .fused import fused as fused_loop
+from .decode.loop import Rows, assemble, make_run, run_loop, token_ids
+from .decode.processing import max_new_tokens as _max_new
+from .decode.settings import (GenerationStats, Settings, check_supported, eos_override, hf_kwargs, make_settings,
+                              refuse_assistant, with_stop_strings)
 from .index.build import row_indexes
-from .index.draft import Draft
-from .outputs import Recorder
-from .processing import Scorer, Stopper, Streamer, max_new_tokens as _max_new
-from .settings import (GenerationStats, Settings, check_supported, eos_override, hf_kwargs, make_settings,
-                       refuse_assistant, with_stop_strings)
-from .sizing import make_sizing
-from .targets import make_target
-from .verify.batch import DraftBatch, to_device
-from .verify.rules import acceptance_rule
+from .target import make_target
 
 __all__ = ["GenerationStats", "decode", "generate"]
-
-
-@dataclass
-class _Rows:
-    """Decoding state of the rows still running; entry i of each field belongs to original row `ids[i]`."""
-
-    ids: list
-    prompts: torch.Tensor  # [b, P] what precedes the new tokens: the left-padded prompt (decoder start for seq2seq)
-    last: np.ndarray  # [b] newest token, not yet in the cache
-    indexes: list  # [b] each row's index (None: nothing is drafted)
-
-
-@dataclass
-class _Run:
-    """What one call applies at every step besides the model."""
-
-    scorer: Scorer
-    stopper: Stopper
-    accept: object  # (DraftBatch, scores [b, N+1, V]) -> Verdict
-    sizing: object  # ChainSizing | TreeSizing: draft(indexes, rooms) -> drafts; update(batch, verdict)
-    streamer: Streamer
-    recorder: Recorder | None
-    stats: GenerationStats
-    sampling: bool = False  # do_sample: speculative sampling instead of greedy acceptance
-    forwards: int = 0  # forwards so far (the prefill's included): each running row took part in all of them
 
 
 def generate(
@@ -104,10 +69,10 @@ def generate(
             63, with a warning.
         draft_cost: what verification costs, as a fraction of a one-token forward: the cost of one more verified
             token, or a pair (overhead of any multi-token forward, cost per token); drafts and trees are only as
-            large as the acceptance seen so far pays for (`lookahead.policy`), then every row drafts up to the
+            large as the acceptance seen so far pays for (`lookahead.decode.policy`), then every row drafts up to the
             columns the step computes anyway (the widest row's draft, a static step's width). Default: (0.8, 0.08)
             on CPU, (0, 0.02) on an accelerator. "auto" measures the cost of every draft size on this machine once per
-            model (about 40 forwards, `lookahead.calibrate.measure_draft_cost`, which also returns a curve to
+            model (about 40 forwards, `lookahead.decode.calibrate.measure_draft_cost`, which also returns a curve to
             pass here). 0 always drafts `num_draft_tokens` when there is a match.
         draft: "chain" (one continuation) or "tree" (several continuations verified together in one forward with a
             tree attention mask; needs lookup="suffix" and a decoder-only model; greedy or sampling).
@@ -137,7 +102,7 @@ def generate(
             (`compile_config`, default transformers' `CompileConfig()`) and captures it as CUDA graphs;
             `"dynamic"` keeps transformers' dynamic cache; unset, a CUDA call on a tested decoder-only
             architecture with full attention takes the static cache with CUDA graphs, uncompiled, and every other
-            call the dynamic cache. `disable_compile=True`: no compilation and no graphs (`lookahead.static`).
+            call the dynamic cache. `disable_compile=True`: no compilation and no graphs (`lookahead.target.static`).
 
     Returns:
         LongTensor [batch, length + new] (prompt then new tokens); with `return_dict_in_generate=True` the
@@ -181,28 +146,28 @@ def decode(model, input_ids, logits_processor, stopping_criteria, generation_con
         lookahead: lookahead's `Settings` (default ones when None).
 
     Returns:
-        LongTensor [B, L + new], or an output object (`lookahead.outputs`) with return_dict_in_generate.
+        LongTensor [B, L + new], or an output object (`lookahead.decode.outputs`) with return_dict_in_generate.
     """
     settings = lookahead if lookahead is not None else make_settings()
     check_supported(generation_config, model_kwargs)
     V.check_draft_shape(model, settings.draft)
-    eos = settings.eos if settings.eos is not None else _ids(generation_config.eos_token_id)
-    pad = _ids(generation_config.pad_token_id) or eos[:1] or (0,)
+    eos = settings.eos if settings.eos is not None else token_ids(generation_config.eos_token_id)
+    pad = token_ids(generation_config.pad_token_id) or eos[:1] or (0,)
     max_new = _max_new(stopping_criteria, input_ids.shape[1])
     target = make_target(model, input_ids, inputs_tensor, model_kwargs, max_new, generation_config, settings.widest())
     settings = settings.resolved(target.padded, target.most)  # unset budgets fill the step's width (computed anyway)
-    run = _make_run(model, input_ids.shape[0], logits_processor, stopping_criteria, generation_config, settings, eos,
+    run = make_run(model, input_ids.shape[0], logits_processor, stopping_criteria, generation_config, settings, eos,
                     max_new, target.argmax)
     V.check_documents(model, settings.documents, settings.memory)
     sources = target.sources()
-    rows = _Rows(list(range(len(sources))), input_ids, np.zeros(len(sources), np.int64),
+    rows = Rows(list(range(len(sources))), input_ids, np.zeros(len(sources), np.int64),
                  row_indexes(settings.lookup, settings.max_ngram, settings.min_ngram, sources, settings.documents,
                              settings.memory, settings.num_draft_tokens))
     if settings.streamer is not None:  # transformers never sees it, so it did not put the prompt
         settings.streamer.put(input_ids.cpu())
     try:
         with torch.inference_mode():
-            outs = _decode(target, rows, run, max_new)
+            outs = run_loop(target, rows, run, max_new)
     finally:  # a failed call still ends the streamer, so that a thread reading it does not wait forever
         run.streamer.end()
     settings.stats.new_tokens_by_row = [len(o) for o in outs]
@@ -210,121 +175,8 @@ def decode(model, input_ids, logits_processor, stopping_criteria, generation_con
     if settings.memory is not None:
         for source, out in zip(sources, outs):
             settings.memory.add_tokens(np.concatenate([source.cpu().numpy(), np.asarray(out, dtype=np.int64)]))
-    sequences = _assemble(input_ids, outs, pad[0])
+    sequences = assemble(input_ids, outs, pad[0])
     if not generation_config.return_dict_in_generate:
         return sequences
     return run.recorder.output(sequences, sequences.shape[1] - input_ids.shape[1], pad[0], settings.stats,
                                model_kwargs.get("encoder_outputs"))
-
-
-def _decode(target, rows: _Rows, run: _Run, max_new: int) -> list:
-    """Run the loop; return the new tokens of each row."""
-    outs = [[] for _ in rows.ids]
-    run.stats.forwards_by_row = [0] * len(outs)  # each row's, written when it finishes (`_drop`)
-    clock = run.stats.clock()
-    logits = target.prefill(run.stats)  # [b, 1, V]
-    fused = fused_loop(target, rows, run, max_new, clock)
-    if fused is not None:  # the prefill's token taken by the fused step, which drafts the first step with it
-        rows = _drop(target, rows, fused.run_rows(rows, outs, logits), run)
-    else:
-        empty = DraftBatch.pack([Draft.empty()] * len(outs), chain=True)
-        scores = run.scorer(logits, rows, outs, empty)
-        rows = _advance(target, rows, outs, run, empty, run.accept(empty, scores), scores, logits)
-        clock.lap("prefill")
-    while rows.ids:
-        if fused is not None:  # the common call: a step's host work in one kernel call, until a row is done
-            rows = _drop(target, rows, fused.run_rows(rows, outs), run)
-            continue
-        drafts = run.sizing.draft(rows.indexes, max_new - 1 - np.array([len(outs[r]) for r in rows.ids]),
-                                  target.padded)
-        batch = DraftBatch.pack(run.scorer.cut(drafts, rows, outs, run.sizing.chain), run.sizing.chain)
-        clock.lap("draft")
-        logits = target.verify(rows.last, batch, run.stats)  # [b, N+1, V]
-        clock.lap("forward")
-        scores = run.scorer(logits, rows, outs, batch)  # each column scored with its own prefix
-        verdict = run.accept(batch, scores)  # accepted path and next token of each row
-        clock.lap("accept")
-        run.sizing.update(batch, verdict)
-        target.commit(batch, verdict)
-        rows = _advance(target, rows, outs, run, batch, verdict, scores, logits)
-        clock.lap("commit")
-    clock.total()
-    return outs
-
-
-def _advance(target, rows: _Rows, outs, run: _Run, batch: DraftBatch, verdict, scores, logits) -> _Rows:
-    """Count the step, append each row's gained tokens (accepted drafts + the target's own) and drop finished rows.
-
-    scores/logits [b, N+1, V] are the step's; the rows' gained tokens read them along the accepted paths."""
-    run.stats.draft_tokens += int(batch.sizes.sum())
-    run.stats.accepted_tokens += int(verdict.counts.sum())
-    run.forwards += 1
-    cols = verdict.columns()
-    if cols is not None and (run.recorder is not None or run.stopper.criteria):  # trees: the accepted path's columns
-        at, cols = torch.arange(len(cols), device=scores.device)[:, None], to_device(cols, scores.device)
-        scores, logits = scores[at, cols], logits[at, cols]
-    return _drop(target, rows, _append(rows, outs, verdict.gained(batch), run, scores, logits), run)
-
-
-def _append(rows: _Rows, outs, gained, run: _Run, scores, logits) -> list:
-    """Append each row's gained tokens, cut where plain decoding would have stopped; return which rows are done."""
-    done, criteria = [], bool(run.stopper.criteria)  # rows of tensors are taken only for those who read them
-    for i, (rid, new) in enumerate(zip(rows.ids, gained)):
-        new, stop = run.stopper.keep(rows.prompts[i] if criteria else None, outs[rid], new,
-                                     scores[i] if criteria else None)
-        if run.recorder is not None:
-            run.recorder.add(rid, scores[i, : len(new)], logits[i, : len(new)])
-        run.streamer.put(new)
-        outs[rid].extend(new)
-        rows.last[i] = new[-1]
-        if rows.indexes[i] is not None:
-            rows.indexes[i].extend(np.array(new, dtype=np.int64))
-        done.append(stop)
-    return done
-
-
-def _drop(target, rows: _Rows, done: list, run: _Run) -> _Rows:
-    """Remove finished rows from the batch (and from the target's cache) so they cost nothing more; a finished row
-    took part in every forward so far."""
-    if not any(done):
-        return rows
-    for rid, d in zip(rows.ids, done):
-        if d:
-            run.stats.forwards_by_row[rid] = run.forwards
-    keep = [i for i, d in enumerate(done) if not d]
-    if not keep:  # the call is over: slices, not the selection of no rows
-        return _Rows([], rows.prompts[:0], rows.last[:0], [])
-    target.keep(keep)
-    return _Rows([rows.ids[i] for i in keep], rows.prompts[keep], rows.last[keep], [rows.indexes[i] for i in keep])
-
-
-def _make_run(model, batch: int, processors, criteria, config, settings: Settings, eos: tuple, max_new: int,
-              argmax_of=None) -> _Run:
-    recorder = None
-    if config.return_dict_in_generate:
-        recorder = Recorder(batch, bool(config.output_scores), bool(config.output_logits))
-    sizing = make_sizing(settings.draft, settings.num_draft_tokens, settings.max_draft_nodes, draft_cost(model, settings))
-    return _Run(Scorer(processors, batch), Stopper(criteria, eos, max_new),
-                acceptance_rule(config.do_sample, settings.generator, model.device, argmax_of), sizing,
-                Streamer(settings.streamer, batch), recorder, settings.stats, bool(config.do_sample))
-
-
-def _assemble(input_ids: torch.Tensor, outs: list, pad: int) -> torch.Tensor:
-    """[B, L + new]: the prompts, then each row's new tokens padded with `pad` (built in numpy: a fraction of torch's
-    per-operation cost; on a CPU in one buffer, the prompts copied in)."""
-    p, cpu = input_ids.shape[1], input_ids.device.type == "cpu"
-    seqs = np.full((len(outs), (p if cpu else 0) + max(map(len, outs))), pad, dtype=np.int64)
-    new = seqs[:, p:] if cpu else seqs
-    for row, o in zip(new, outs):
-        row[: len(o)] = o
-    if cpu:
-        seqs[:, :p] = input_ids.numpy()
-        return torch.from_numpy(seqs)
-    return torch.cat([input_ids, torch.from_numpy(seqs).to(input_ids.device)], dim=1)
-
-
-def _ids(ids) -> tuple:
-    """A generation config's token id field (None, an int, a list or a tensor) as a tuple of ints."""
-    if ids is None:
-        return ()
-    return tuple(int(t) for t in (ids.reshape(-1).tolist() if isinstance(ids, torch.Tensor) else np.ravel(ids)))

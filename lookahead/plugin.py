@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 
 from .generate import decode
-from .settings import make_settings
+from .decode.settings import make_settings
 
 
 def custom_generate(model, input_ids, logits_processor, stopping_criteria, generation_config, *, lookup="ngram",

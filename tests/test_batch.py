@@ -1,4 +1,4 @@
-"""The JSONL job (`lookahead.batch.run`, local engine): greedy's outputs, bad lines, resume."""
+"""The JSONL job (`lookahead.job.run`, local engine): greedy's outputs, bad lines, resume."""
 import io
 import json
 
@@ -7,8 +7,8 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from lookahead import models
-from lookahead.batch import Options, run
-from lookahead.batch.lines import BadLine, Model, done_ids, parse_line
+from lookahead.job import Options, run
+from lookahead.job.lines import BadLine, Model, done_ids, parse_line
 
 NEW = 24
 LINES = [

@@ -6,7 +6,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from lookahead.batch import run  # noqa: E402
+from lookahead.job import run  # noqa: E402
 
 NEW = 16
 LINES = [{"id": f"s{i}", "prompt": f"Once upon a time, there was a {word}. The {word} liked to"}

@@ -19,7 +19,7 @@ from lookahead.bench.replay import ReplayStats, predicted_speedup, ratio_cost, r
 from lookahead.bench.traces_io import load_tokenizer, read_traces
 from lookahead.cli import main
 from lookahead.index import Draft, NgramIndex, SuffixIndex
-from lookahead.policy import CostCurve
+from lookahead.decode.policy import CostCurve
 from strategies import token_lists
 
 GPT2 = SHARED / "data" / "tokenizers" / "gpt2"

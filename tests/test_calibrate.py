@@ -2,7 +2,7 @@
 import numpy as np
 import torch
 
-from lookahead.calibrate import forward_times, measure_draft_cost
+from lookahead.decode.calibrate import forward_times, measure_draft_cost
 from models import tiny_model
 
 
@@ -19,7 +19,7 @@ def test_forward_times_cover_the_sizes_and_the_cost_is_a_fraction():
 
 def test_auto_cost_is_measured_once_per_model_and_decodes_losslessly():
     from lookahead import generate
-    from lookahead.calibrate import _MEASURED
+    from lookahead.decode.calibrate import _MEASURED
 
     model = tiny_model("llama")
     ids = torch.tensor([[1, 2, 3, 4, 1, 2, 3, 4, 1, 2]])

@@ -1,4 +1,4 @@
-"""The fused steps (`lookahead.fused`) take the unfused loop's steps: the same tokens, drafts and forwards."""
+"""The fused steps (`lookahead.decode.fused`) take the unfused loop's steps: the same tokens, drafts and forwards."""
 import sys
 
 import numpy as np
@@ -7,7 +7,7 @@ import torch
 from transformers import LogitsProcessorList, RepetitionPenaltyLogitsProcessor, StoppingCriteriaList
 
 from lookahead import Memory, generate, models
-from lookahead import fused
+from lookahead.decode import fused
 from models import repeated_prompt, tiny_model
 
 
@@ -35,7 +35,7 @@ def _both(monkeypatch, model, ids, **kwargs) -> tuple:
     """((tokens, stats) fused, (tokens, stats) with the fused loop turned off)."""
     fused = generate(model, ids, return_stats=True, **kwargs)
     with monkeypatch.context() as m:
-        m.setattr(sys.modules["lookahead.generate"], "fused_loop", lambda *args: None)
+        m.setattr(sys.modules["lookahead.decode.loop"], "fused_loop", lambda *args: None)
         plain = generate(model, ids, return_stats=True, **kwargs)
     return fused, plain
 
@@ -172,7 +172,7 @@ def test_documents_and_memory_are_drafted_from(stories, monkeypatch, runs, kind)
 
     fused = generate(stories, ids, return_stats=True, memory=memory(), **kwargs)
     with monkeypatch.context() as m:
-        m.setattr(sys.modules["lookahead.generate"], "fused_loop", lambda *args: None)
+        m.setattr(sys.modules["lookahead.decode.loop"], "fused_loop", lambda *args: None)
         plain = generate(stories, ids, return_stats=True, memory=memory(), **kwargs)
     _same(fused, plain)
     assert runs
@@ -201,10 +201,10 @@ def test_draft_kernel_fills_what_the_step_computes():
     """The draft kernel's sizes against ChainSizing.draft's for random policies, matches and rooms."""
     from numba import typed
 
-    from lookahead import _fused_kernels as K
+    from lookahead.decode import _fused_kernels as K
     from lookahead.index import NgramIndex
-    from lookahead.policy import _BUCKETS
-    from lookahead.sizing import ChainSizing
+    from lookahead.decode.policy import _BUCKETS
+    from lookahead.decode.sizing import ChainSizing
 
     rng = np.random.default_rng(0)
     widths = (1, 2, 4, 8, 16, 32, 64)
@@ -236,10 +236,10 @@ def test_tree_draft_kernel_keeps_what_tree_sizing_keeps():
     """The tree draft kernel's packed trees against TreeSizing.draft's for random calibrations, texts and rooms."""
     from numba import typed
 
-    from lookahead import _fused_kernels as K
+    from lookahead.decode import _fused_kernels as K
     from lookahead.index import SuffixIndex
-    from lookahead.policy import _BUCKETS
-    from lookahead.sizing import TreeSizing
+    from lookahead.decode.policy import _BUCKETS
+    from lookahead.decode.sizing import TreeSizing
     from lookahead.verify.tree import pack_trees
 
     rng = np.random.default_rng(1)
@@ -275,7 +275,7 @@ def test_tree_draft_kernel_keeps_what_tree_sizing_keeps():
 def test_the_warm_ups_compile_every_kernel_signature_a_call_uses(stories):
     """Calls of one row and of three (whose drafts are views numba types by another layout), chains and trees,
     static and dynamic, compile no kernel specialisation beyond what the warm-ups compiled: none waits for numba."""
-    from lookahead import _fused_kernels as K, _fused_warmup as W
+    from lookahead.decode import _fused_kernels as K, _fused_warmup as W
 
     W.warm_up_chains(), W.warm_up_suffix_chains(), W.warm_up_trees()
     names = ("draft", "draft_suffix", "draft_trees", "step", "step_suffix", "step_trees")

@@ -16,7 +16,7 @@ def run_python(code: str) -> None:
 
 def test_the_index_and_memory_import_without_torch_or_transformers():
     """`import lookahead.index` needs numpy and numba only (torch and transformers take seconds to import)."""
-    run_python("import sys, lookahead.index, lookahead.memory\n"
+    run_python("import sys, lookahead.index, lookahead.index.memory\n"
                "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers'))\n"
                "assert not heavy, heavy[:5]")
 

@@ -1,7 +1,7 @@
 """DraftLength: drafts as long as the acceptance seen so far pays for."""
 import numpy as np
 
-from lookahead.policy import DraftLength, as_cost, step_cost
+from lookahead.decode.policy import DraftLength, as_cost, step_cost
 
 
 def test_cost_model_forms():
@@ -28,7 +28,7 @@ def test_accepted_drafts_grow_to_the_maximum():
 
 def test_a_row_of_a_large_batch_pays_more_for_its_drafts():
     """In a batch the plain step is already a matrix product: drafts add compute the whole batch waits for."""
-    from lookahead.policy import row_cost
+    from lookahead.decode.policy import row_cost
 
     assert row_cost((0.8, 0.08), 1) == (0.8, 0.08)
     overhead, per_token = row_cost((0.8, 0.08), 8)
@@ -39,7 +39,7 @@ def test_a_row_of_a_large_batch_pays_more_for_its_drafts():
 
 def test_a_measured_cost_curve_is_never_cheaper_for_fewer_drafts():
     """A k-token draft can always be padded to more tokens, so the curve is the cheapest cost of any k' >= k."""
-    from lookahead.policy import CostCurve
+    from lookahead.decode.policy import CostCurve
 
     curve = CostCurve([1.0, 1.9, 2.3, 1.6, 1.8, 2.0])
     assert curve.costs.tolist() == [1.0, 1.6, 1.6, 1.6, 1.8, 2.0]
@@ -51,7 +51,7 @@ def test_a_measured_cost_curve_is_never_cheaper_for_fewer_drafts():
 
 
 def test_tree_calibration_follows_the_acceptance_seen():
-    from lookahead.policy import TreeCalibration
+    from lookahead.decode.policy import TreeCalibration
 
     cal = TreeCalibration()
     probs = np.array([0.6, 0.3, 0.004, 0.003])
@@ -65,7 +65,7 @@ def test_tree_calibration_follows_the_acceptance_seen():
 
 def test_cost_curves_are_checked():
     import pytest
-    from lookahead.policy import CostCurve
+    from lookahead.decode.policy import CostCurve
 
     with pytest.raises(ValueError, match="at least 2 positive costs"):
         CostCurve([1.0])
@@ -73,12 +73,13 @@ def test_cost_curves_are_checked():
         CostCurve([1.0, -2.0])
 
 
-# The sizing kernels (lookahead._policy_kernels) against the plain numpy rules they replaced.
+# The sizing kernels (lookahead.decode._policy_kernels) against the plain numpy rules they replaced.
 
 from hypothesis import given, settings, strategies as st  # noqa: E402
 
-from lookahead import _policy_kernels as K  # noqa: E402
-from lookahead.policy import TreeCalibration, _BUCKETS  # noqa: E402
+from lookahead.decode import _policy_kernels as K  # noqa: E402
+from lookahead.decode.sizing import best_size, first_path  # noqa: E402
+from lookahead.decode.policy import TreeCalibration, _BUCKETS  # noqa: E402
 from lookahead.verify import tree as T  # noqa: E402
 
 
@@ -104,7 +105,7 @@ def best_first_trees(draw, max_nodes: int = 12):
        cost=st.sampled_from([0.1, (0.8, 0.05), (0.0, 0.02)]), batch=st.integers(1, 4))
 def test_draft_length_kernels_match_the_numpy_rule(steps, cost, batch):
     """After any history of steps the chosen lengths are the argmax of expected tokens per cost, bucket by bucket."""
-    from lookahead.policy import row_cost
+    from lookahead.decode.policy import row_cost
 
     policy = DraftLength(10, cost)
     costs = step_cost(row_cost(policy.cost, batch), np.arange(11))
@@ -127,8 +128,8 @@ def test_tree_size_kernel_matches_the_calibrated_rule(tree, depth, seen, cost):
     cal.seen[:] = seen
     cal.accepted[:] = np.array(seen) // 2
     costs = np.asarray(step_cost(as_cost(cost), np.arange(len(probs) + 1)), dtype=float)
-    path = T.first_path(parents, depth)
-    expected = max(T.best_size(cal(probs), cost), path[-1] + 1 if path else 0)
+    path = first_path(parents, depth)
+    expected = max(best_size(cal(probs), cost), path[-1] + 1 if path else 0)
     assert K.tree_size(probs, parents, depth, cal.EDGES, cal.accepted, cal.seen, cal.prior, costs) == expected
 
 
@@ -157,7 +158,7 @@ def test_tree_record_kernel_matches_the_calibration_and_chain_floor(trees, data)
         on_path = np.zeros(len(pr), bool)
         on_path[paths[i]] = True
         ref.update(pr, on_path)
-        chain = T.first_path(p, depths[i])
+        chain = first_path(p, depths[i])
         assert floors[i] == len(chain)
         assert followed[i] == next((j for j, (a, b) in enumerate(zip(chain, paths[i])) if a != b),
                                    min(len(chain), len(paths[i])))
@@ -168,7 +169,7 @@ def test_chains_fill_the_columns_their_forward_computes_anyway():
     """Every row with a match drafts as many tokens as the step's widest draft (or its width) verifies anyway, at
     most max_tokens and its room; a row without a match drafts nothing."""
     from lookahead.index import NgramIndex
-    from lookahead.sizing import ChainSizing
+    from lookahead.decode.sizing import ChainSizing
 
     strong, weak, none = NgramIndex(), NgramIndex(), NgramIndex()
     strong.extend(list(range(1, 14)) * 2 + [1, 2, 3])
@@ -191,7 +192,7 @@ def test_chains_fill_the_columns_their_forward_computes_anyway():
 def test_trees_fill_the_nodes_their_forward_computes_anyway():
     """Tree rows keep as many nodes as the step verifies anyway (their own trees permitting), at most max_nodes."""
     from lookahead.index import SuffixIndex
-    from lookahead.sizing import TreeSizing
+    from lookahead.decode.sizing import TreeSizing
 
     rows = [SuffixIndex() for _ in range(2)]
     rows[0].extend(list(range(1, 30)) * 3 + [1, 2, 3])

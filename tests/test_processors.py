@@ -215,7 +215,7 @@ def test_a_failing_call_still_ends_the_streamer(model, monkeypatch):
     import importlib
 
     streamer = Chunks()
-    targets = importlib.import_module("lookahead.targets")
+    targets = importlib.import_module("lookahead.target.causal")
 
     def broken(self, *args):
         raise RuntimeError("forward failed")

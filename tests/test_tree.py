@@ -5,8 +5,9 @@ import torch
 from transformers import LogitsProcessorList, RepetitionPenaltyLogitsProcessor
 
 from lookahead import Memory, generate
+from lookahead.decode.sizing import best_size
 from lookahead.verify import tree as T
-from lookahead.verify.cache import keep_slots
+from lookahead.target.cache import keep_slots
 from models import CONFIGS, repeated_prompt, tiny_model
 from test_generate import left_padded
 
@@ -76,7 +77,7 @@ def test_paths_off_the_first_one_are_packed_and_the_first_one_moves_nothing(stor
 
     from lookahead.verify.batch import Verdict
 
-    monkeypatch.setattr(sys.modules["lookahead.generate"], "fused_loop", lambda *args: None)
+    monkeypatch.setattr(sys.modules["lookahead.decode.loop"], "fused_loop", lambda *args: None)
     kinds, in_place = [], Verdict.in_place.fget
 
     def recorded(verdict) -> bool:  # what each step that accepted a tree node decided
@@ -147,11 +148,11 @@ def test_memory_argument_error():
 def test_tree_size_follows_the_cost_of_verification():
     """Free verification takes every node worth anything; costly verification only the likely ones."""
     probs = np.array([0.9, 0.8, 0.5, 0.1, 0.05])
-    assert T.best_size(probs, 0.0) == 5
-    assert T.best_size(probs, 0.2) == 3
-    assert T.best_size(probs, 2.0) == 0
-    assert T.best_size(probs, (1.5, 0.0)) == 5  # a fixed overhead asks for all the gain there is
-    assert T.best_size(probs[:1] / 2, (1.0, 0.0)) == 0  # 0.45 expected tokens do not pay a doubled forward
+    assert best_size(probs, 0.0) == 5
+    assert best_size(probs, 0.2) == 3
+    assert best_size(probs, 2.0) == 0
+    assert best_size(probs, (1.5, 0.0)) == 5  # a fixed overhead asks for all the gain there is
+    assert best_size(probs[:1] / 2, (1.0, 0.0)) == 0  # 0.45 expected tokens do not pay a doubled forward
 
 
 def test_no_draft_tokens_is_plain_decoding_for_trees_too():

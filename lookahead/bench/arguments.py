@@ -1,5 +1,5 @@
-"""argparse ``type=`` validators shared by `lookahead bench` and the scripts in benchmarks/: a bad value is argparse's
-one-line error and exit status 2, never a traceback.
+"""argparse ``type=`` validators of `lookahead bench` and the scripts in benchmarks/ (the generic ones from
+`lookahead.arguments`): a bad value is argparse's one-line error and exit status 2, never a traceback.
 
 Example::
 
@@ -9,29 +9,11 @@ Example::
 from __future__ import annotations
 
 import argparse
-from typing import Callable
 
+from ..arguments import int_at_least, positive_int
 from .methods import method_name
 
 __all__ = ["cost_ratio", "int_at_least", "method_name", "positive_int"]
-
-
-def int_at_least(low: int) -> Callable[[str], int]:
-    """A validator of integers >= ``low``."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            value = None
-        if value is None or value < low:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {text!r}")
-        return value
-
-    parse.__name__ = f"integer >= {low}"
-    return parse
-
-
-positive_int = int_at_least(1)
 
 
 def cost_ratio(text: str) -> float:

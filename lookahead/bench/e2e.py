@@ -313,10 +313,10 @@ def markdown(timings: list) -> str:
 
 
 def measured_cost(model, context: int = 512):
-    """The verification cost curve of `model` here (`lookahead.calibrate.measure_draft_cost`, up to a tree's nodes):
+    """The verification cost curve of `model` here (`lookahead.decode.calibrate.measure_draft_cost`, up to a tree's nodes):
     sizes timed in turns, medians, never below a one-token forward and never decreasing, so that timing noise cannot
     make a bigger forward look cheaper than a smaller one."""
-    from ..calibrate import measure_draft_cost
+    from ..decode.calibrate import measure_draft_cost
 
     return measure_draft_cost(model, context=context, max_tokens=TREE_NODES)
 

@@ -28,7 +28,7 @@ import torch
 from transformers import DynamicCache
 
 from .._validate import cache_kwarg
-from ..static import last_logits_only
+from ..target.static import last_logits_only
 from .e2e import left_pad
 from .forcing import ForcedOutputs
 from .methods import Method, resolve

@@ -14,7 +14,7 @@ tree drafters also have ``propose_tree(max_nodes) -> Draft`` (`lookahead.index.D
 child of the last context token, otherwise the index of the parent node (parents before children).
 
 Acceptance is the library's own (`lookahead.verify.greedy_accept`, `lookahead.verify.tree.greedy_tree_accept`), and
-so is the cost model of the predicted speedup (`lookahead.policy.step_cost`).
+so is the cost model of the predicted speedup (`lookahead.decode.policy.step_cost`).
 
 Example::
 
@@ -29,7 +29,7 @@ from typing import Callable, Iterable, Protocol
 
 import numpy as np
 
-from ..policy import as_cost, step_cost
+from ..decode.policy import as_cost, step_cost
 from ..verify import greedy_accept
 from ..verify.tree import greedy_tree_accept
 
@@ -71,7 +71,7 @@ class ReplayStats:
 
 def ratio_cost(cost_ratio: float, cost_tokens: int = DEFAULT_COST_TOKENS) -> tuple:
     """The linear cost model ``(overhead 0, per_token)`` through a one-token forward (1) and a ``cost_tokens``-token
-    forward (``cost_ratio``), as `lookahead.policy.step_cost` takes it.
+    forward (``cost_ratio``), as `lookahead.decode.policy.step_cost` takes it.
 
     Memory-bound decoding (a GPU at small batch) has ratios near 1; compute-bound decoding (CPU, large batch) larger
     ones. A ratio below 1 (a bigger forward cheaper than a one-token one) is timing noise, and refused.
@@ -97,7 +97,7 @@ def predicted_speedup(stats: ReplayStats, cost) -> float:
 
     Args:
         stats: a replay's totals.
-        cost: a `lookahead.policy.CostCurve`, an ``(overhead, per_token)`` pair (e.g. `ratio_cost`) or a per-token
+        cost: a `lookahead.decode.policy.CostCurve`, an ``(overhead, per_token)`` pair (e.g. `ratio_cost`) or a per-token
             cost.
     Returns:
         tokens / total cost; nan for an empty replay.

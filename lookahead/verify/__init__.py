@@ -1,6 +1,6 @@
-"""Verification of drafts: acceptance rules and the one place that rolls the KV cache back."""
-from .cache import new_cache, rollback, select_rows
+"""Verification of drafts: the acceptance rules (greedy and speculative sampling, chains and trees) and how drafts
+are packed into one step's batch."""
 from .greedy import greedy_accept
 from .sampling import sample_accept
 
-__all__ = ["new_cache", "rollback", "select_rows", "greedy_accept", "sample_accept"]
+__all__ = ["greedy_accept", "sample_accept"]

@@ -16,7 +16,6 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..policy import as_cost, step_cost
 from . import _kernels as K
 
 K.warm_up()
@@ -141,21 +140,3 @@ def path_slots(paths: list) -> np.ndarray:
         slots[i, 1: 1 + len(p)] = p
     slots += 1
     return slots
-
-
-def first_path(parents: np.ndarray, k: int) -> list:
-    """Node indices of a best-first tree's first path (the first child at each depth), at most k deep.
-
-    >>> first_path(np.array([-1, -1, 0, 1, 2]), 5)
-    [0, 2, 4]
-    """
-    out = np.empty(max(k, 0), dtype=np.int64)
-    return out[:K.first_path(parents, k, out)].tolist()
-
-
-def best_size(probs: np.ndarray, cost) -> int:
-    """How many of the best-first nodes to verify: the n maximizing expected tokens per unit of forward cost,
-    (1 + p_1 + ... + p_n) / step_cost(n), with p_i the nodes' acceptance probabilities (non-increasing) and `cost`
-    a per-token cost or an (overhead, per_token) pair (`lookahead.policy.as_cost`)."""
-    gain = 1.0 + np.concatenate([[0.0], np.cumsum(probs)])
-    return int(np.argmax(gain / step_cost(as_cost(cost), np.arange(len(gain)))))

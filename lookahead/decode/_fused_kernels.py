@@ -1,4 +1,4 @@
-"""Numba kernels of the fused greedy step (`lookahead.fused`): a step's host work after the forward, in one call
+"""Numba kernels of the fused greedy step (`lookahead.decode.fused`): a step's host work after the forward, in one call
 (`step`, `step_suffix`, `step_trees`: the step's acceptance, then the next step's draft) instead of some forty small
 Python and numpy operations.
 
@@ -12,11 +12,11 @@ as its arrays (typed lists, or tuples for one row), which the kernels change in 
 import numpy as np
 from numba import njit, typed
 
+from ..index import _kernels as NK
+from ..index import _suffix_build as SB
+from ..index._suffix_draft import Scratch, suffix_chain, suffix_tree
+from ..verify._kernels import greedy_tree
 from ._policy_kernels import choose, record, tree_record, tree_size
-from .index import _kernels as NK
-from .index import _suffix_build as SB
-from .index._suffix_draft import Scratch, suffix_chain, suffix_tree
-from .verify._kernels import greedy_tree
 
 PTR, RUN, N, USED = NK.PTR, NK.RUN, NK.N, NK.USED
 

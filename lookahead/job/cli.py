@@ -4,7 +4,7 @@ from __future__ import annotations
 import sys
 
 from .. import models
-from ..cli import non_negative_int, positive_float, positive_int, probability
+from ..arguments import non_negative_int, positive_float, positive_int, probability
 from .worker import DRAFTS, LOOKUPS
 
 

@@ -9,7 +9,7 @@ import torch
 
 from .. import models
 from ..generate import generate
-from ..memory import Memory
+from ..index.memory import Memory
 from .lines import Line, Model
 
 LOOKUPS = ("ngram", "suffix", "none")

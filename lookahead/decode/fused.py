@@ -20,12 +20,11 @@ from numba import typed
 
 from . import _fused_kernels as K
 from . import _fused_warmup as W
-from .index.ngram import NgramIndex
-from .index.suffix import SuffixIndex
+from ..index.ngram import NgramIndex
+from ..index.suffix import SuffixIndex
+from ..target import CausalLM, StaticCausalLM
+from ..verify.batch import DraftBatch, Verdict, _chain_parents
 from .policy import _BUCKETS
-from .targets import CausalLM
-from .static import StaticCausalLM
-from .verify.batch import DraftBatch, Verdict, _chain_parents
 
 
 def fused(target, rows, run, max_new: int, clock):

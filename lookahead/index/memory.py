@@ -5,9 +5,9 @@ from collections import deque
 
 import numpy as np
 
-from ._checks import check_int
-from .index._tokens import as_token_array, range_error
-from .index.build import new_index
+from .._checks import check_int
+from ._tokens import as_token_array, range_error
+from .build import new_index
 
 _INT32_MAX = np.iinfo(np.int32).max
 _MAX_INDEXES = 4  # index kinds and settings kept at once; the least recently used goes first

@@ -11,7 +11,7 @@ import torch
 import transformers.generation.logits_process as LP
 from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria
 
-from .verify.batch import DraftBatch
+from ..verify.batch import DraftBatch
 
 
 def _classes(*names) -> tuple:

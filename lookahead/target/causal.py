@@ -1,53 +1,25 @@
-"""The models lookahead verifies with, behind one protocol: `sources`, `prefill`, `verify`, `commit`, `keep`.
+"""`CausalLM`: a decoder-only model over transformers' dynamic cache, wrapped for the loop (`sources`, `prefill`,
+`verify`, `commit`, `keep`).
 
-`CausalLM` (decoder-only): one cache for the batch, left padding, per-row position ids; a row that accepts fewer
-drafts than the widest row keeps the slots it rejected in the cache, masked out. Chains are verified with a causal
-step mask and committed by cutting the cache; trees with a tree attention mask and committed by packing each row's
-accepted path behind the earlier slots.
-
-`Seq2SeqLM` (BART, T5, ...): the encoder runs once, the decoder verifies drafts (chains only). Drafts come from
-the encoder input and the decoder output so far (the index holds both). These decoders take their
-positions from the cache length (BART's learned positions, T5's relative buckets), not from position ids, so every
-row must hold the same number of cache slots, all of them real: no masked holes as in the decoder-only loop. After a
-step the cache is cut to the shortest row's verified length; a row that accepted more re-feeds its surplus at the
-next step, in the same forward as its drafts (right-padded: causal attention hides the padding from real tokens).
+One cache for the batch, left padding, per-row position ids; a row that accepts fewer drafts than the widest row keeps
+the slots it rejected in the cache, masked out. Chains are verified with a causal step mask and committed by cutting
+the cache; trees with a tree attention mask and committed by packing each row's accepted path behind the earlier
+slots. On a CPU one kernel writes a step's inputs and mask (`_kernels`), another its commit's.
 """
 from __future__ import annotations
 
 import numpy as np
 import torch
 
-from . import _validate as V
-from .static import StaticCausalLM, check_static, last_logits_only, prompt_positions, prompt_sources, static_mode
-from .verify import new_cache, rollback, select_rows
-from .verify import _kernels as K
-from .verify import tree as T
-from .verify.batch import to_device
-from .verify.cache import keep_slots
-from .verify.rules import argmax
+from .. import _validate as V
+from ..verify import tree as T
+from ..verify.batch import to_device
+from ..verify.rules import argmax
+from . import _kernels as K
+from .cache import keep_slots, new_cache, rollback, select_rows
+from .static import last_logits_only, prompt_positions, prompt_sources
 
-
-def make_target(model, input_ids: torch.Tensor, inputs_tensor, model_kwargs: dict, max_new: int, config,
-                max_width: int):
-    """The model wrapped for the loop, after checking that max_new tokens fit its position limit.
-
-    `config` is the call's generation config: it chooses between `StaticCausalLM` (with CUDA graphs, compiled or
-    not) and the dynamic `CausalLM` as `static.static_mode` says; `max_width` is the most draft tokens or nodes a
-    row verifies per step.
-    """
-    if getattr(model.config, "is_encoder_decoder", False):
-        if getattr(config, "cache_implementation", None) == "static":
-            check_static(model, 0)
-        V.check_length(model, torch.ones_like(input_ids), max_new)
-        return Seq2SeqLM(model, input_ids, inputs_tensor, model_kwargs)
-    mask = model_kwargs.get("attention_mask")
-    mask = torch.ones_like(input_ids) if mask is None else mask.long()
-    V.check_length(model, mask, max_new)
-    mode = static_mode(model, config)
-    if mode is not None:
-        return StaticCausalLM(model, input_ids, mask, max_new, max_width, *mode,
-                              keep_logits=bool(getattr(config, "return_dict_in_generate", False)))
-    return CausalLM(model, input_ids, mask)
+K.warm_up()
 
 
 class CausalLM:
@@ -182,83 +154,3 @@ class CausalLM:
         """Keep only the batch rows `rows`, so that finished rows cost nothing more."""
         select_rows(self.cache, torch.tensor(rows, device=self._slots.device))
         self._slots, self.pos = self._slots[rows], self.pos[rows]
-
-
-class Seq2SeqLM:
-    """An encoder-decoder model wrapped for the loop: prefill, verify, commit, keep.
-
-    Args:
-        model: an `AutoModelForSeq2SeqLM`.
-        decoder_input_ids: [B, L] the decoder prompt (usually the start token).
-        inputs_tensor: [B, S] the encoder input ids (or features, which the index cannot use).
-        model_kwargs: as prepared by `model.generate`: `encoder_outputs` and the encoder `attention_mask`.
-    """
-
-    def __init__(self, model, decoder_input_ids: torch.Tensor, inputs_tensor, model_kwargs: dict):
-        self.model, self.prompts = model, decoder_input_ids
-        self.encoder_outputs = model_kwargs["encoder_outputs"]
-        self.encoder_mask = model_kwargs.get("attention_mask")
-        self.encoder_ids = inputs_tensor if inputs_tensor is not None and not inputs_tensor.is_floating_point() else None
-        if self.encoder_ids is not None and len(self.encoder_ids) < len(decoder_input_ids):  # num_return_sequences
-            self.encoder_ids = self.encoder_ids.repeat_interleave(len(decoder_input_ids) // len(self.encoder_ids), 0)
-        self.cache, self.kv = new_cache(model), V.cache_kwarg(model)
-        self.pending = [[] for _ in range(decoder_input_ids.shape[0])]  # verified tokens not in the cache, before last
-        self._fed, self._start = None, 0
-
-    padded = staticmethod(CausalLM.padded)  # rows pad to the widest draft (and surplus)
-    most, argmax = CausalLM.most, staticmethod(argmax)
-
-    def sources(self) -> list:
-        """Per row: the encoder input's real tokens, then the decoder prompt."""
-        out = []
-        for i, prompt in enumerate(self.prompts):
-            enc = prompt[:0] if self.encoder_ids is None else self.encoder_ids[i]
-            if self.encoder_ids is not None and self.encoder_mask is not None:
-                enc = enc[self.encoder_mask[i].bool()]
-            out.append(torch.cat([enc, prompt]))
-        return out
-
-    def prefill(self, stats) -> torch.Tensor:
-        """Logits [b, 1, V] after each decoder prompt."""
-        logits = self._forward(self.prompts)
-        stats.add_forward(len(self.pending))
-        return logits[:, -1:]
-
-    def verify(self, last: np.ndarray, batch, stats) -> torch.Tensor:
-        """One forward over [pending, last token, drafts] of every row; the logits after last and each draft."""
-        drafts, lens = batch.tokens, batch.sizes
-        b, d = drafts.shape
-        self._fed = [p + [int(last[i])] + drafts[i, : lens[i]].tolist() for i, p in enumerate(self.pending)]
-        width = max(len(f) for f in self._fed)
-        tokens = torch.zeros((b, width), dtype=torch.long)
-        for i, f in enumerate(self._fed):
-            tokens[i, : len(f)] = torch.tensor(f)
-        self._start = self.cache.get_seq_length()
-        logits = self._forward(tokens.to(self.prompts.device))  # [b, W, V]
-        stats.add_forward(b)
-        offsets = torch.tensor([len(p) for p in self.pending], device=logits.device)
-        at = (offsets[:, None] + torch.arange(d + 1, device=logits.device)[None, :]).clamp(max=width - 1)
-        return logits.gather(1, at[..., None].expand(-1, -1, logits.shape[-1]))  # [b, D+1, V]
-
-    def commit(self, batch, verdict) -> None:
-        """Cut the cache to the shortest row's verified tokens; the rest of each row's become its pending tokens."""
-        verified = [len(p) + 1 + int(a) for p, a in zip(self.pending, verdict.counts)]
-        shared = min(verified)
-        rollback(self.cache, self._start + shared)
-        self.pending = [f[shared:v] for f, v in zip(self._fed, verified)]
-
-    def keep(self, rows: list) -> None:
-        """Keep only the batch rows `rows`."""
-        select_rows(self.cache, torch.tensor(rows, device=self.prompts.device))
-        self.prompts = self.prompts[rows]
-        self.encoder_outputs = type(self.encoder_outputs)(**{k: v[rows] for k, v in self.encoder_outputs.items()
-                                                            if isinstance(v, torch.Tensor)})
-        self.encoder_mask = None if self.encoder_mask is None else self.encoder_mask[rows]
-        self.encoder_ids = None if self.encoder_ids is None else self.encoder_ids[rows]
-        self.pending = [self.pending[i] for i in rows]
-
-    def _forward(self, decoder_input_ids: torch.Tensor) -> torch.Tensor:
-        return self.model(
-            attention_mask=self.encoder_mask, decoder_input_ids=decoder_input_ids,
-            encoder_outputs=self.encoder_outputs, **{self.kv: self.cache}, use_cache=True,
-        ).logits

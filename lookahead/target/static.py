@@ -28,10 +28,10 @@ import weakref
 import numpy as np
 import torch
 
-from ._validate import cache_kwarg, forward_parameters
+from .._validate import cache_kwarg, forward_parameters
+from ..verify.rules import argmax, argmax_rows
+from . import _kernels as K
 from .slot_cache import SlotCache, check_static
-from .verify import _kernels as K
-from .verify.rules import argmax, argmax_rows
 
 logger = logging.getLogger(__name__)
 WIDTHS = (1, 2, 4, 8, 16, 32, 64)  # query widths a step is padded to (one CUDA graph each); 64 at most: a query's

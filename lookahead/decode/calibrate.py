@@ -15,9 +15,9 @@ import weakref
 import numpy as np
 import torch
 
-from ._validate import cache_kwarg, position_limit
+from .._validate import cache_kwarg, position_limit
+from ..target.cache import new_cache, rollback
 from .policy import CostCurve, as_cost
-from .verify import new_cache, rollback
 
 logger = logging.getLogger(__name__)
 _MEASURED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> {conditions: CostCurve}

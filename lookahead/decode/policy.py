@@ -22,7 +22,7 @@ K.warm_up()
 class CostCurve:
     """A measured verification cost: ``costs[k]`` is a forward verifying k drafts, in one-token forwards.
 
-    The curve is what `lookahead.calibrate.measure_draft_cost` measures. It need not be linear, nor even increasing:
+    The curve is what `lookahead.decode.calibrate.measure_draft_cost` measures. It need not be linear, nor even increasing:
     on a CPU a forward over 3 tokens can cost more than one over 8 (the matrix kernels change). Verifying k drafts
     never needs to cost more than verifying more of them (pad the draft), so the curve used is the cheapest cost
     of any k' >= k (and never less than a one-token forward). Beyond the measured range it grows by the slope fitted to the measured points.

@@ -9,7 +9,7 @@ from ._fused_kernels import draft, draft_suffix, draft_trees, kept, step, step_s
 def warm_up_chains() -> None:
     """Compile (or load from cache) the chain kernels on a non-empty input, for one row (tuples) and more (typed
     lists). The step kernels take whole draft buffers and a width: one type however wide a step is."""
-    from .index.ngram import NgramIndex
+    from ..index.ngram import NgramIndex
 
     index = NgramIndex(4)
     index.extend(np.array([1, 2, 3, 1, 2], dtype=np.int64))
@@ -31,7 +31,7 @@ def warm_up_suffix_chains() -> None:
 
 
 def _warm_suffix(warm) -> None:
-    from .index.suffix import SuffixIndex
+    from ..index.suffix import SuffixIndex
 
     suffix = SuffixIndex()
     suffix.extend(np.array([1, 2, 3, 1, 2], dtype=np.int64))

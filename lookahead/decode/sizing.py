@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from . import _policy_kernels as K
-from .index.draft import Draft
-from .policy import DraftLength, TreeCalibration, step_costs
+from ..index.draft import Draft
+from .policy import DraftLength, TreeCalibration, as_cost, step_cost, step_costs
 
 
 def make_sizing(draft: str, num_draft_tokens: int, max_draft_nodes: int, cost):
@@ -32,7 +32,7 @@ class ChainSizing:
 
     Args:
         max_tokens: most draft tokens per row and step.
-        cost: the verification cost model (`lookahead.policy`).
+        cost: the verification cost model (`lookahead.decode.policy`).
     """
 
     chain = True
@@ -71,7 +71,7 @@ class TreeSizing:
     Args:
         max_nodes: most tree nodes per row and step.
         max_tokens: most tokens of the chain floor (`DraftLength`).
-        cost: the verification cost model (`lookahead.policy`).
+        cost: the verification cost model (`lookahead.decode.policy`).
     """
 
     chain = False
@@ -106,3 +106,21 @@ class TreeSizing:
 
     def _step_costs(self, batch: int) -> np.ndarray:
         return step_costs(self.length.cost, self.max_nodes, batch)
+
+
+def first_path(parents: np.ndarray, k: int) -> list:
+    """Node indices of a best-first tree's first path (the first child at each depth), at most k deep.
+
+    >>> first_path(np.array([-1, -1, 0, 1, 2]), 5)
+    [0, 2, 4]
+    """
+    out = np.empty(max(k, 0), dtype=np.int64)
+    return out[:K.first_path(parents, k, out)].tolist()
+
+
+def best_size(probs: np.ndarray, cost) -> int:
+    """How many of the best-first nodes to verify: the n maximizing expected tokens per unit of forward cost,
+    (1 + p_1 + ... + p_n) / step_cost(n), with p_i the nodes' acceptance probabilities (non-increasing) and `cost`
+    a per-token cost or an (overhead, per_token) pair (`lookahead.decode.policy.as_cost`)."""
+    gain = 1.0 + np.concatenate([[0.0], np.cumsum(probs)])
+    return int(np.argmax(gain / step_cost(as_cost(cost), np.arange(len(gain)))))

@@ -1,4 +1,4 @@
-"""`lookahead.batch.run`: check the input, skip what the output already holds, generate batch by batch, append and
+"""`lookahead.job.run`: check the input, skip what the output already holds, generate batch by batch, append and
 flush each batch's lines as they come, report bad lines; the local engine runs here, the Ray engine in `ray_engine`."""
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Numba kernels of the sizing policies: each row's draft length (`lookahead.policy.DraftLength`), a tree's size
-(`lookahead.sizing.TreeSizing`, calibrated by `lookahead.policy.TreeCalibration`), and what a step taught both.
+"""Numba kernels of the sizing policies: each row's draft length (`lookahead.decode.policy.DraftLength`), a tree's size
+(`lookahead.decode.sizing.TreeSizing`, calibrated by `lookahead.decode.policy.TreeCalibration`), and what a step taught both.
 
 They replace a dozen numpy calls per step (bucketing, bincounts, a [buckets, K+1] table refresh) whose fixed cost
 was a sixth of a batch-1 step's host time. Each bucket's best length is cached in a table per batch size and
@@ -8,7 +8,22 @@ recomputed only when a step taught its bucket something (`version` moved past th
 import numpy as np
 from numba import njit
 
-from .verify._kernels import first_path
+@njit(cache=True)
+def first_path(parents, k, out):
+    """The first child at each depth, at most k deep, into out; returns its length."""
+    node, m = -1, 0
+    while m < k:
+        nxt = -1
+        for j in range(node + 1, parents.shape[0]):
+            if parents[j] == node:
+                nxt = j
+                break
+        if nxt < 0:
+            break
+        out[m] = nxt
+        node = nxt
+        m += 1
+    return m
 
 
 @njit(cache=True)
@@ -121,5 +136,6 @@ def warm_up() -> None:
     fedges, probs = np.array([0.0, 0.5]), np.array([[0.9, 0.2]])
     tree_size(probs[0], np.array([-1, 0], np.int64), 1, fedges, accepted[:2], rejected[:2], 4.0, np.ones(3))
     parents, cols = np.array([[-1, 0]], np.int64), np.array([[0, 1]], np.int64)
+    first_path(parents[0], 2, np.zeros(2, dtype=np.int64))
     tree_record(parents, one * 2, probs, one, cols, one, fedges, accepted[:2], rejected[:2], one.copy(), one.copy(),
                 np.zeros(2, np.bool_))

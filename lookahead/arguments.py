@@ -1,0 +1,55 @@
+"""argparse ``type=`` validators shared by the console script's commands (`lookahead generate`, `demo`, `bench`) and
+the scripts in benchmarks/: a bad value gets argparse's one-line error and exit status 2, never a traceback.
+
+Example::
+
+    parser.add_argument("--batch-size", type=positive_int, default=8)
+    parser.add_argument("--cost-tokens", type=int_at_least(2), default=11)
+"""
+from __future__ import annotations
+
+import argparse
+from typing import Callable
+
+
+def int_at_least(low: int) -> Callable[[str], int]:
+    """A validator of integers >= ``low``."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < low:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {text!r}")
+        return value
+
+    parse.__name__ = f"integer >= {low}"
+    return parse
+
+
+positive_int = int_at_least(1)
+
+
+def non_negative_int(text: str) -> int:
+    """argparse type: an int >= 0."""
+    return _number(text, int, lambda v: v >= 0, "an integer >= 0")
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a finite float > 0."""
+    return _number(text, float, lambda v: 0 < v < float("inf"), "a number > 0")
+
+
+def probability(text: str) -> float:
+    """argparse type: a float in (0, 1]."""
+    return _number(text, float, lambda v: 0 < v <= 1, "a number in (0, 1]")
+
+
+def _number(text: str, kind, ok, expected: str):
+    try:
+        value = kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+    if not ok(value):
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+    return value

@@ -6,8 +6,13 @@ Every greedy call must equal `model.generate(do_sample=False)`; a sampling call 
 calls span what reaches the kernels' buffers at their edges: batches with ragged prompts of one token on, calls that
 run to `max_new_tokens` (where the room left and the draft width meet) or whose rows end early at an eos, chain and
 tree budgets from 1 to 64, `draft_cost` 0 and default, the dynamic and the static cache, the fused and the unfused
-loop, repetitive and random prompts, on the bundled pretrained model and on a random one. FUZZ_EXAMPLES sets the
-number of calls (default 300).
+loop, repetitive and random prompts, on the bundled pretrained model and on a random one, in float32 and float64.
+FUZZ_EXAMPLES sets the number of calls (default 300).
+
+A multi-token forward rounds differently from a one-token one, so in float32 a greedy output may leave plain
+greedy's where two tokens' logits tie to within rounding (one such case in some 3,000 calls on stories260K: 5e-6
+apart). There the check is that the first difference is such a near-tie, judged in float64; in float64 outputs must
+be equal.
 """
 import functools
 import os
@@ -26,10 +31,27 @@ EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "300"))
 
 
 @functools.cache
-def _model(name: str):
+def _model(name: str, dtype: torch.dtype = torch.float32):
+    if dtype != torch.float32:
+        return _model(name).to(dtype)
     if name == "stories":
         return AutoModelForCausalLM.from_pretrained(default_model_path()).eval()
     return tiny_model("llama", seed=3)
+
+
+def _near_tie(name: str, got: torch.Tensor, expected: torch.Tensor, mask: torch.Tensor) -> bool:
+    """Whether each row's first difference between got and expected [b, L] is a float32 near-tie: the two tokens'
+    logits after the shared prefix within 1e-4 of each other, computed in float64."""
+    model, prompt = _model(name, torch.float64), mask.shape[1]
+    for row in (got != expected).any(-1).nonzero().flatten().tolist():
+        at = int((got[row] != expected[row]).nonzero()[0])
+        prefix = expected[row:row + 1, :at]
+        pad = torch.cat([mask[row:row + 1], torch.ones((1, at - prompt), dtype=torch.long)], 1)
+        with torch.no_grad():
+            logits = model(prefix, attention_mask=pad).logits[0, -1]
+        if abs(float(logits[got[row, at]] - logits[expected[row, at]])) > 1e-4:
+            return False
+    return True
 
 
 @functools.cache
@@ -43,6 +65,7 @@ def _common_tokens(name: str) -> tuple:
 def calls(draw) -> dict:
     """One `generate` call: its model, left-padded prompts and arguments."""
     name = draw(st.sampled_from(["stories", "random"]))
+    dtype = draw(st.sampled_from([torch.float32, torch.float64]))
     vocab = _model(name).config.vocab_size
     lengths = draw(st.lists(st.integers(1, 60), min_size=1, max_size=4))
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
@@ -71,7 +94,7 @@ def calls(draw) -> dict:
     if draw(st.booleans()):  # the unfused loop: it records scores
         kwargs.update(return_dict_in_generate=True, output_scores=True)
     sample = draw(st.sampled_from([False, False, True]))
-    return dict(name=name, ids=ids, mask=mask, sample=sample, kwargs=kwargs)
+    return dict(name=name, dtype=dtype, ids=ids, mask=mask, sample=sample, kwargs=kwargs)
 
 
 def _sequences(out) -> torch.Tensor:
@@ -81,8 +104,8 @@ def _sequences(out) -> torch.Tensor:
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
 @given(calls())
 def test_generate_stays_in_bounds_and_equals_greedy(call):
-    """Greedy calls equal `model.generate`; sampling calls return rows of valid ids that stop where they may."""
-    model, ids, mask, kwargs = _model(call["name"]), call["ids"], call["mask"], call["kwargs"]
+    """Greedy calls equal `model.generate` (in float32, up to near-ties); sampling calls return rows of valid ids."""
+    model, ids, mask, kwargs = _model(call["name"], call["dtype"]), call["ids"], call["mask"], call["kwargs"]
     if call["sample"]:
         out = _sequences(generate(model, ids, attention_mask=mask, do_sample=True, generator=0, **kwargs))
         new = out[:, ids.shape[1]:]
@@ -92,7 +115,8 @@ def test_generate_stays_in_bounds_and_equals_greedy(call):
     out = _sequences(generate(model, ids, attention_mask=mask, **kwargs))
     reference = {k: v for k, v in kwargs.items() if k in ("max_new_tokens", "eos_token_id", "pad_token_id")}
     expected = model.generate(ids, attention_mask=mask, do_sample=False, **reference)
-    assert torch.equal(out, expected)
+    assert torch.equal(out, expected) or (call["dtype"] == torch.float32 and out.shape == expected.shape
+                                          and _near_tie(call["name"], out, expected, mask))
 
 
 def test_a_tree_call_to_max_new_tokens_on_a_short_prompt():

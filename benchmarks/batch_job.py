@@ -18,20 +18,18 @@ import argparse
 import functools
 import io
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from traces import DEFAULT_DATA_DIR, load_traces, load_tokenizer  # noqa: E402
+from traces import DEFAULT_DATA_DIR, load_traces, load_tokenizer
 
-from lookahead.job import run  # noqa: E402
-from lookahead.bench import ForcedReplay  # noqa: E402
-from lookahead.bench.e2e import SHAPES, free_id, random_model  # noqa: E402
-from lookahead.bench.forced import distinct_prompts  # noqa: E402
+from lookahead.bench import ForcedReplay
+from lookahead.bench.e2e import SHAPES, free_id, random_model
+from lookahead.bench.forced import distinct_prompts
+from lookahead.job import run
 
 VOCAB = 50257  # GPT-2's, the traces' tokenizer
 

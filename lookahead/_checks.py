@@ -15,6 +15,8 @@ import numbers
 
 import numpy as np
 
+LOOKUPS = ("ngram", "suffix", "none")
+
 
 def check_int(name: str, value, low: int, high: int | None = None) -> int:
     """Return `value` as a Python int if it is an integer in [low, high] (no upper limit when high is None).
@@ -50,6 +52,12 @@ def check_float(name: str, value, low: float, high: float | None = None, low_ope
     if high is not None and not value <= high:
         raise ValueError(f"{name} must be <= {high:g}, got {value:g}")
     return value
+
+
+def check_lookup(lookup: str) -> str:
+    if lookup not in LOOKUPS:
+        raise ValueError(f"lookup must be one of {', '.join(map(repr, LOOKUPS))}, got {lookup!r}")
+    return lookup
 
 
 def json_object(text: str) -> dict:

@@ -22,6 +22,7 @@ from .decode.settings import (GenerationStats, Settings, check_supported, eos_ov
                               refuse_assistant, with_stop_strings)
 from .index.build import row_indexes
 from .target import make_target
+from .target.facts import ModelFacts
 
 __all__ = ["GenerationStats", "decode", "generate"]
 
@@ -120,6 +121,7 @@ def generate(
         >>> out = generate(model, ids, do_sample=True, temperature=0.7, top_p=0.9, generator=0)
     """
     V.check_model(model)
+    facts = ModelFacts.of(model)
     settings = make_settings(lookup=lookup, max_ngram=max_ngram, min_ngram=min_ngram, num_draft_tokens=num_draft_tokens,
                              draft_cost=draft_cost, draft=draft, max_draft_nodes=max_draft_nodes, memory=memory,
                              documents=documents, tokenizer=tokenizer, generator=generator, streamer=streamer,
@@ -127,9 +129,9 @@ def generate(
     if max_new_tokens is not None:
         V.check_int("max_new_tokens", max_new_tokens, 1)
     if pad_token_id is not None:
-        V.check_int("pad_token_id", pad_token_id, 0, V.vocab_size(model) - 1)
+        V.check_int("pad_token_id", pad_token_id, 0, facts.vocab - 1)
     refuse_assistant(generate_kwargs.get("assistant_model"))
-    input_ids, attention_mask = V.check_inputs(model, input_ids, attention_mask)
+    input_ids, attention_mask = V.check_inputs(facts, input_ids, attention_mask)
     kwargs = hf_kwargs(dict(generate_kwargs), max_new_tokens, eos_token_id, pad_token_id, logits_processor)
     kwargs["stopping_criteria"] = with_stop_strings(stopping_criteria, kwargs, tokenizer)
     out = model.generate(input_ids, attention_mask=attention_mask, custom_generate=decode, lookahead=settings, **kwargs)
@@ -150,19 +152,21 @@ def decode(model, input_ids, logits_processor, stopping_criteria, generation_con
     """
     settings = lookahead if lookahead is not None else make_settings()
     check_supported(generation_config, model_kwargs)
-    V.check_draft_shape(model, settings.draft)
+    facts = ModelFacts.of(model)  # what the target, the policies and the checks need to know of the model
+    V.check_draft_shape(facts, settings.draft)
     eos = settings.eos if settings.eos is not None else token_ids(generation_config.eos_token_id)
     pad = token_ids(generation_config.pad_token_id) or eos[:1] or (0,)
     max_new = _max_new(stopping_criteria, input_ids.shape[1])
-    target = make_target(model, input_ids, inputs_tensor, model_kwargs, max_new, generation_config, settings.widest())
+    target = make_target(model, facts, input_ids, inputs_tensor, model_kwargs, max_new, generation_config,
+                         settings.widest())
     settings = settings.resolved(target.padded, target.most)  # unset budgets fill the step's width (computed anyway)
-    run = make_run(model, input_ids.shape[0], logits_processor, stopping_criteria, generation_config, settings, eos,
-                    max_new, target.argmax)
-    V.check_documents(model, settings.documents, settings.memory)
+    run = make_run(model, facts, input_ids.shape[0], logits_processor, stopping_criteria, generation_config, settings,
+                   eos, max_new, target.argmax)
+    V.check_documents(facts, settings.documents, settings.memory)
     sources = target.sources()
     rows = Rows(list(range(len(sources))), input_ids, np.zeros(len(sources), np.int64),
-                 row_indexes(settings.lookup, settings.max_ngram, settings.min_ngram, sources, settings.documents,
-                             settings.memory, settings.num_draft_tokens))
+                row_indexes(settings.lookup, settings.max_ngram, settings.min_ngram, sources, settings.documents,
+                            settings.memory, settings.num_draft_tokens))
     if settings.streamer is not None:  # transformers never sees it, so it did not put the prompt
         settings.streamer.put(input_ids.cpu())
     try:

@@ -7,7 +7,7 @@ import transformers as T
 
 from conftest import SHARED
 from lookahead import generate
-from lookahead._validate import cache_kwarg
+from lookahead.target.facts import cache_kwarg
 from models import repeated_prompt, tiny_model
 from test_generate import left_padded
 

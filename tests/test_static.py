@@ -84,13 +84,14 @@ def test_a_longer_call_replaces_the_cache_and_few_are_kept(monkeypatch):
 
     monkeypatch.setattr(S, "MAX_STATES", 2)
     model = tiny_model("llama")
-    first = S._state(model, 1, 100, None)
-    assert first.cache.slots == 256 and S._state(model, 1, 200, None) is first
-    longer = S._state(model, 1, 300, None)
+    facts = S.ModelFacts.of(model)
+    first = S._state(model, facts, 1, 100, None)
+    assert first.cache.slots == 256 and S._state(model, facts, 1, 200, None) is first
+    longer = S._state(model, facts, 1, 300, None)
     assert longer.cache.slots == 512 and S._STATES[model] == [longer]
-    two, three = S._state(model, 2, 10, None), S._state(model, 3, 10, None)
+    two, three = S._state(model, facts, 2, 10, None), S._state(model, facts, 3, 10, None)
     assert S._STATES[model] == [two, three]  # batch 1's state was the least recently used
-    assert S._state(model, 2, 10, None) is two and S._STATES[model] == [three, two]
+    assert S._state(model, facts, 2, 10, None) is two and S._STATES[model] == [three, two]
 
 
 class _Config:
@@ -98,11 +99,13 @@ class _Config:
         self.__dict__.update(dict(cache_implementation=None, compile_config=None, disable_compile=False), **fields)
 
 
-class _OnCuda:
-    """A model's stand-in that says it is on CUDA (static_mode reads only its device and config)."""
+def _on_cuda(model, **facts):
+    """The model's facts, as if it were on CUDA (static_mode reads only its facts)."""
+    from dataclasses import replace
 
-    def __init__(self, model):
-        self.config, self.device = model.config, torch.device("cuda")
+    from lookahead.target.facts import ModelFacts
+
+    return replace(ModelFacts.of(model), device=torch.device("cuda"), **facts)
 
 
 def test_static_mode_decides_the_cache_and_its_compilation():
@@ -111,7 +114,9 @@ def test_static_mode_decides_the_cache_and_its_compilation():
     keeps the dynamic cache. On a CPU only an explicit "static" gives the static cache."""
     from lookahead.target.static import static_mode
 
-    llama, cpu = _OnCuda(tiny_model("llama")), tiny_model("llama")
+    from lookahead.target.facts import ModelFacts
+
+    llama, cpu = _on_cuda(tiny_model("llama")), ModelFacts.of(tiny_model("llama"))
     assert static_mode(llama, _Config()) == (True, None)
     graphs, compiled = static_mode(llama, _Config(cache_implementation="static"))
     assert graphs and isinstance(compiled, T.CompileConfig)
@@ -122,7 +127,7 @@ def test_static_mode_decides_the_cache_and_its_compilation():
     assert static_mode(llama, _Config(cache_implementation="dynamic")) is None
     config = T.MistralConfig(vocab_size=96, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                              num_attention_heads=2, num_key_value_heads=1, sliding_window=64)
-    assert static_mode(_OnCuda(T.MistralForCausalLM(config)), _Config()) is None  # a window: dynamic by default
+    assert static_mode(_on_cuda(T.MistralForCausalLM(config)), _Config()) is None  # a window: dynamic by default
     assert static_mode(cpu, _Config()) is None
     assert static_mode(cpu, _Config(cache_implementation="static")) == (True, None)  # graphs are CUDA-only anyway
 
@@ -285,8 +290,7 @@ def test_a_model_spread_over_devices_keeps_the_dynamic_cache():
     """device_map over several devices: the default stays dynamic, and an explicit static cache is refused."""
     from lookahead.target.static import static_mode
 
-    llama = _OnCuda(tiny_model("llama"))
-    llama.hf_device_map = {"model.layers.0": 0, "model.layers.1": 1}
+    llama = _on_cuda(tiny_model("llama"), devices=frozenset({"0", "1"}))  # device_map over two devices
     assert static_mode(llama, _Config()) is None
     with pytest.raises(ValueError, match="cache_implementation='static' keeps the cache on one device"):
         static_mode(llama, _Config(cache_implementation="static"))
@@ -327,17 +331,18 @@ def test_no_room_for_a_new_cache_drops_the_kept_ones_and_retries(monkeypatch):
     import lookahead.target.static as S
 
     model = tiny_model("llama")
-    kept = S._state(model, 2, 100, None)
+    facts = S.ModelFacts.of(model)
+    kept = S._state(model, facts, 2, 100, None)
     real, calls = S._State, []
 
     def tight(*args, **kwargs):
-        calls.append(args[1])
+        calls.append(args[2])
         if len(calls) == 1:
             raise torch.OutOfMemoryError("no room")
         return real(*args, **kwargs)
 
     monkeypatch.setattr(S, "_State", tight)
-    state = S._state(model, 3, 100, None)
+    state = S._state(model, facts, 3, 100, None)
     assert calls == [3, 3] and S._STATES[model] == [state] and kept not in S._STATES[model]
 
 
@@ -479,7 +484,9 @@ def test_a_tree_commits_move_buffer_is_kept_by_the_state_and_grows_when_a_step_i
     from lookahead.target.static import StaticCausalLM
 
     model, ids = tiny_model("llama"), torch.ones((2, 4), dtype=torch.long)
-    target = StaticCausalLM(model, ids, torch.ones_like(ids), 8, 3, graphs=False)
+    from lookahead.target.facts import ModelFacts
+
+    target = StaticCausalLM(model, ModelFacts.of(model), ids, torch.ones_like(ids), 8, 3, graphs=False)
     two, four = target._moves(2), target._moves(4)
     assert two.shape == (2, 2, 2) and four.shape == (2, 2, 4) and two.data_ptr() == four.data_ptr()
     wide = target._moves(40)

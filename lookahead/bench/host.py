@@ -27,8 +27,7 @@ import numpy as np
 import torch
 from transformers import DynamicCache
 
-from .._validate import cache_kwarg
-from ..target.static import last_logits_only
+from ..target.facts import ModelFacts
 from .e2e import left_pad
 from .forcing import ForcedOutputs
 from .methods import Method, resolve
@@ -101,12 +100,13 @@ def floor(model, ids, mask, max_new: int, eos: int, forced: ForcedOutputs, width
         raise ValueError(f"floor generates one row at a time, got a batch of {ids.shape[0]}")
     recorded = forced.expected(forced.row_of(ids[0][mask[0].bool()].tolist()), max_new)  # before the prefill: free
     n, cache = ids.shape[1], DynamicCache(config=model.config)
-    kv = {cache_kwarg(model): cache}  # transformers' keyword for the cache
+    facts = ModelFacts.of(model)
+    kv, last = {facts.kv: cache}, facts.last_logits_only()  # transformers' keyword for the cache
     positions = torch.arange(n + max_new + width, device=ids.device)[None]
     step = torch.zeros((1, width + 1), dtype=torch.long)  # the step's input tensor, written through a numpy view
     inputs = step.numpy()
     with torch.inference_mode():
-        out = [int(model(input_ids=ids, attention_mask=mask, **kv, use_cache=True, **last_logits_only(model))
+        out = [int(model(input_ids=ids, attention_mask=mask, **kv, use_cache=True, **last)
                    .logits[0, -1].argmax())]
         while len(out) < max_new and out[-1] != eos:
             draft = recorded[len(out): len(out) + min(width, max_new - len(out) - 1)]

@@ -15,8 +15,8 @@ import weakref
 import numpy as np
 import torch
 
-from .._validate import cache_kwarg, position_limit
 from ..target.cache import new_cache, rollback
+from ..target.facts import ModelFacts, cache_kwarg, position_limit
 from .policy import CostCurve, as_cost
 
 logger = logging.getLogger(__name__)
@@ -80,18 +80,18 @@ def measured_draft_cost(model, max_tokens: int) -> CostCurve:
     return known[key]
 
 
-def draft_cost(model, settings):
-    """A call's verification cost model: as given, measured on first use ("auto"), or the device's default."""
+def draft_cost(model, facts: ModelFacts, settings):
+    """A call's verification cost model: as given, measured on `model` on first use ("auto"), or the device's
+    default."""
     if settings.draft_cost is None:
-        return default_cost(model)
+        return default_cost(facts.device)
     if isinstance(settings.draft_cost, str):  # "auto"
-        most = settings.widest()
-        limit = position_limit(model.config)
+        most, limit = settings.widest(), facts.positions
         return measured_draft_cost(model, max(min(most, limit // 2 if limit else most), 1))
     return as_cost(settings.draft_cost)
 
 
-def default_cost(model) -> tuple:
+def default_cost(device: torch.device) -> tuple:
     """(overhead, per_token) of verification as measured on a CPU (a one-token forward is a cheap matrix-vector
     product there: any multi-token forward costs ~1.8x it) and on a GPU at small batch (nearly free)."""
-    return (0.8, 0.08) if model.device.type == "cpu" else (0.0, 0.02)
+    return (0.8, 0.08) if device.type == "cpu" else (0.0, 0.02)

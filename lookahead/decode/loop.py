@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from ..index.draft import Draft
+from ..target.facts import ModelFacts
 from ..verify.batch import DraftBatch, to_device
 from ..verify.rules import acceptance_rule
 from .calibrate import draft_cost
@@ -135,15 +136,17 @@ def _drop(target, rows: Rows, done: list, run: Run) -> Rows:
     return Rows([rows.ids[i] for i in keep], rows.prompts[keep], rows.last[keep], [rows.indexes[i] for i in keep])
 
 
-def make_run(model, batch: int, processors, criteria, config, settings: Settings, eos: tuple, max_new: int,
-              argmax_of=None) -> Run:
+def make_run(model, facts: ModelFacts, batch: int, processors, criteria, config, settings: Settings, eos: tuple,
+             max_new: int, argmax_of=None) -> Run:
+    """What the call applies at every step besides the model (`Run`); `model` is timed when draft_cost="auto"."""
     recorder = None
     if config.return_dict_in_generate:
         recorder = Recorder(batch, bool(config.output_scores), bool(config.output_logits))
-    sizing = make_sizing(settings.draft, settings.num_draft_tokens, settings.max_draft_nodes, draft_cost(model, settings))
+    cost = draft_cost(model, facts, settings)
+    sizing = make_sizing(settings.draft, settings.num_draft_tokens, settings.max_draft_nodes, cost)
     return Run(Scorer(processors, batch), Stopper(criteria, eos, max_new),
-                acceptance_rule(config.do_sample, settings.generator, model.device, argmax_of), sizing,
-                Streamer(settings.streamer, batch), recorder, settings.stats, bool(config.do_sample))
+               acceptance_rule(config.do_sample, settings.generator, facts.device, argmax_of), sizing,
+               Streamer(settings.streamer, batch), recorder, settings.stats, bool(config.do_sample))
 
 
 def assemble(input_ids: torch.Tensor, outs: list, pad: int) -> torch.Tensor:

@@ -11,7 +11,7 @@ import torch
 from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
 from transformers.generation.stopping_criteria import StopStringCriteria
 
-from .. import _validate as V
+from .. import _checks as V
 from ..index.ngram import MAX_NGRAM
 from .policy import CostCurve
 

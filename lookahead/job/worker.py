@@ -8,11 +8,10 @@ from dataclasses import dataclass
 import torch
 
 from .. import models
+from .._checks import LOOKUPS
 from ..generate import generate
 from ..index.memory import Memory
 from .lines import Line, Model
-
-LOOKUPS = ("ngram", "suffix", "none")
 DRAFTS = ("chain", "tree")
 
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .. import _validate as V
 from ..verify import tree as T
 from ..verify.batch import to_device
 from ..verify.rules import argmax
 from . import _kernels as K
 from .cache import keep_slots, new_cache, rollback, select_rows
-from .static import last_logits_only, prompt_positions, prompt_sources
+from .facts import ModelFacts
+from .static import prompt_positions, prompt_sources
 
 K.warm_up()
 
@@ -27,6 +27,7 @@ class CausalLM:
 
     Args:
         model: an `AutoModelForCausalLM`.
+        facts: its `ModelFacts`.
         input_ids: [b, P] left-padded prompts.
         mask: [b, P] 1 on real tokens.
     """
@@ -34,12 +35,12 @@ class CausalLM:
     most = None  # most draft tokens or nodes a step verifies per row (None: as many as the budgets ask)
     argmax = staticmethod(argmax)  # scores -> their argmax on the host (greedy acceptance)
 
-    def __init__(self, model, input_ids: torch.Tensor, mask: torch.Tensor):
-        self.model, self.input_ids = model, input_ids
+    def __init__(self, model, facts: ModelFacts, input_ids: torch.Tensor, mask: torch.Tensor):
+        self.model, self.facts, self.input_ids = model, facts, input_ids
         self._slots = torch.zeros((len(mask), 2 * mask.shape[1] + 64), dtype=mask.dtype, device=mask.device)
         self._slots[:, : mask.shape[1]] = mask  # [b, capacity]: the cache slots each row sees, the first `width`
         self.width = mask.shape[1]
-        self.cache, self.kv = new_cache(model), V.cache_kwarg(model)  # kv: the keyword the forward takes it by
+        self.cache = new_cache(model)
         self.pos = mask.sum(-1).cpu().numpy()  # [b] position id of each row's next token
         self.on_host = mask.device.type == "cpu"  # kernels write the step's inputs and the mask in place; else the
         # mask is written on its device
@@ -84,8 +85,8 @@ class CausalLM:
             tokens = np.empty((len(last), batch.width + 1), dtype=np.int64)
             tokens[:, 0], tokens[:, 1:] = last, batch.tokens
             seen, depth = batch.ancestry
-            return tokens, self.pos[:, None] + depth, T.tree_mask(self.mask, seen, self.model.dtype)
-        b, q, dtype = len(last), batch.width + 1, self.model.dtype
+            return tokens, self.pos[:, None] + depth, T.tree_mask(self.mask, seen, self.facts.dtype)
+        b, q, dtype = len(last), batch.width + 1, self.facts.dtype
         steps = np.empty((2, b, q), dtype=np.int64)
         mask = np.empty((b, 1, q, self.width + q), dtype=np.float64 if dtype == torch.float64 else np.float32)
         K.tree_inputs(last, batch.tokens, batch.parents, self.pos, self._slots.numpy(), self.width,
@@ -105,8 +106,8 @@ class CausalLM:
     def prefill(self, stats) -> torch.Tensor:
         """Logits [b, 1, V] after each prompt."""
         logits = self.model(input_ids=self.input_ids, attention_mask=self.mask,
-                            position_ids=prompt_positions(self.mask), **{self.kv: self.cache}, use_cache=True,
-                            **last_logits_only(self.model)).logits
+                            position_ids=prompt_positions(self.mask), **{self.facts.kv: self.cache}, use_cache=True,
+                            **self.facts.last_logits_only()).logits
         stats.add_forward(len(self.pos))
         return logits[:, -1:]
 
@@ -115,7 +116,7 @@ class CausalLM:
         device = self._slots.device
         tokens, positions, mask = self._chain_inputs(last, batch) if batch.chain else self._tree_inputs(last, batch)
         logits = self.model(input_ids=to_device(tokens, device), attention_mask=mask,
-                            position_ids=to_device(positions, device), **{self.kv: self.cache}, use_cache=True).logits
+                            position_ids=to_device(positions, device), **{self.facts.kv: self.cache}, use_cache=True).logits
         stats.add_forward(len(last))
         return logits
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import torch
 
-from .. import _validate as V
 from ..verify.rules import argmax
 from .cache import new_cache, rollback, select_rows
 from .causal import CausalLM
+from .facts import ModelFacts
 
 
 class Seq2SeqLM:
@@ -21,19 +21,20 @@ class Seq2SeqLM:
 
     Args:
         model: an `AutoModelForSeq2SeqLM`.
+        facts: its `ModelFacts`.
         decoder_input_ids: [B, L] the decoder prompt (usually the start token).
         inputs_tensor: [B, S] the encoder input ids (or features, which the index cannot use).
         model_kwargs: as prepared by `model.generate`: `encoder_outputs` and the encoder `attention_mask`.
     """
 
-    def __init__(self, model, decoder_input_ids: torch.Tensor, inputs_tensor, model_kwargs: dict):
-        self.model, self.prompts = model, decoder_input_ids
+    def __init__(self, model, facts: ModelFacts, decoder_input_ids: torch.Tensor, inputs_tensor, model_kwargs: dict):
+        self.model, self.facts, self.prompts = model, facts, decoder_input_ids
         self.encoder_outputs = model_kwargs["encoder_outputs"]
         self.encoder_mask = model_kwargs.get("attention_mask")
         self.encoder_ids = inputs_tensor if inputs_tensor is not None and not inputs_tensor.is_floating_point() else None
         if self.encoder_ids is not None and len(self.encoder_ids) < len(decoder_input_ids):  # num_return_sequences
             self.encoder_ids = self.encoder_ids.repeat_interleave(len(decoder_input_ids) // len(self.encoder_ids), 0)
-        self.cache, self.kv = new_cache(model), V.cache_kwarg(model)
+        self.cache = new_cache(model)
         self.pending = [[] for _ in range(decoder_input_ids.shape[0])]  # verified tokens not in the cache, before last
         self._fed, self._start = None, 0
 
@@ -92,5 +93,5 @@ class Seq2SeqLM:
     def _forward(self, decoder_input_ids: torch.Tensor) -> torch.Tensor:
         return self.model(
             attention_mask=self.encoder_mask, decoder_input_ids=decoder_input_ids,
-            encoder_outputs=self.encoder_outputs, **{self.kv: self.cache}, use_cache=True,
+            encoder_outputs=self.encoder_outputs, **{self.facts.kv: self.cache}, use_cache=True,
         ).logits

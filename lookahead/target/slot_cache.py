@@ -68,14 +68,13 @@ class SlotCache(Cache):
         self.kv[:, :, self.rows, :, dst] = moved
 
 
-def check_static(model, slots: int) -> None:
-    """Raise ValueError where the static cache cannot hold the model's attention exactly."""
-    config = model.config.get_text_config(decoder=True)
-    window = getattr(config, "sliding_window", None)
-    if isinstance(window, int) and window < slots:
-        raise ValueError(f"cache_implementation='static' needs full attention; {type(model).__name__} attends to a "
+def check_static(facts, slots: int) -> None:
+    """Raise ValueError where the static cache cannot hold the attention of the model (its `ModelFacts`) exactly."""
+    window = facts.window
+    if window is not None and window < slots:
+        raise ValueError(f"cache_implementation='static' needs full attention; {facts.name} attends to a "
                          f"sliding window of {window} tokens, less than the {slots} this call may hold: leave "
                          f"cache_implementation unset")
-    if getattr(model.config, "is_encoder_decoder", False):
+    if facts.encoder_decoder:
         raise ValueError("cache_implementation='static' needs a decoder-only model; leave cache_implementation unset "
-                         f"for {type(model).__name__}")
+                         f"for {facts.name}")

@@ -28,9 +28,9 @@ import weakref
 import numpy as np
 import torch
 
-from .._validate import cache_kwarg, forward_parameters
 from ..verify.rules import argmax, argmax_rows
 from . import _kernels as K
+from .facts import ModelFacts
 from .slot_cache import SlotCache, check_static
 
 logger = logging.getLogger(__name__)
@@ -49,11 +49,11 @@ class _State:
     """What outlives a call for one (model, batch, slots, dtype): the cache, the step buffers, the step function
     (compiled when asked) and the CUDA graphs captured over it."""
 
-    def __init__(self, model, batch: int, slots: int, compile_config=None):
-        device = model.device
-        self.key = _key(model, batch, compile_config)
-        self.cache = SlotCache(model.config, batch, slots, model.dtype, device)
-        self.kv = cache_kwarg(model)  # the keyword the model's forward takes the cache by
+    def __init__(self, model, facts: ModelFacts, batch: int, slots: int, compile_config=None):
+        device = facts.device
+        self.key = _key(facts, batch, compile_config)
+        self.cache = SlotCache(model.config, batch, slots, facts.dtype, device)
+        self.kv, self.dtype = facts.kv, facts.dtype  # the keyword the model's forward takes the cache by
         self.prompt_valid = torch.zeros((batch, slots), dtype=torch.bool, device=device)
         self.start = torch.zeros((), dtype=torch.long, device=device)  # first slot after the prompts
         self.inputs, self.outputs, self.graphs = {}, {}, {}  # outputs: width -> (logits, argmax) of its graph
@@ -121,7 +121,7 @@ def _step(model, state: _State, inputs: torch.Tensor) -> tuple:
     sees = anc.gather(2, offset.clamp(0, width - 1).expand(-1, width, -1))  # [b, Q, S]
     allowed = committed[:, None, :] & ~in_step | in_step & sees
     state.cache.writes = write[:, None] + torch.arange(width, device=inputs.device)[None, :]
-    logits = model(input_ids=tokens, attention_mask=_additive(allowed, model.dtype), position_ids=positions,
+    logits = model(input_ids=tokens, attention_mask=_additive(allowed, state.dtype), position_ids=positions,
                    **{state.kv: state.cache}, use_cache=True,
                    cache_position=torch.arange(width, device=inputs.device)).logits
     return logits, logits.argmax(-1) if state.argmax else None
@@ -132,6 +132,7 @@ class StaticCausalLM:
 
     Args:
         model: an `AutoModelForCausalLM` without sliding-window attention.
+        facts: its `ModelFacts`.
         input_ids, mask: [b, P] left-padded prompts and their mask.
         max_new: most new tokens per row.
         max_width: most draft tokens or nodes per row and step.
@@ -144,24 +145,25 @@ class StaticCausalLM:
 
     most = WIDTHS[-1] - 1  # draft tokens or nodes a step verifies per row at most
 
-    def __init__(self, model, input_ids: torch.Tensor, mask: torch.Tensor, max_new: int, max_width: int,
-                 graphs: bool, compile_config=None, keep_logits: bool = True):
+    def __init__(self, model, facts: ModelFacts, input_ids: torch.Tensor, mask: torch.Tensor, max_new: int,
+                 max_width: int, graphs: bool, compile_config=None, keep_logits: bool = True):
         b, p = input_ids.shape
         sizes = WIDTHS if compile_config is None else COMPILED_WIDTHS
         max_width = min(max_width, self.most)
         self.widths = [w for w in sizes if w < max_width + 1] + [_bucket(max_width + 1, sizes)]
         self._fits = _fits(tuple(self.widths))  # the width n query tokens pad to, by n
         slots = p + max_new + self.widths[-1]
-        check_static(model, slots)
-        self.model, self.input_ids, self.mask, self.p = model, input_ids, mask, p
-        self.cuda = model.device.type == "cuda"  # host buffers pinned: asynchronous copies to the device
+        check_static(facts, slots)
+        self.model, self.facts, self.input_ids, self.mask, self.p = model, facts, input_ids, mask, p
+        self.device = facts.device
+        self.cuda = facts.device.type == "cuda"  # host buffers pinned: asynchronous copies to the device
         self.graphs = graphs and self.cuda
         self.slots, self.compile_config = slots, compile_config
-        self.state = _state(model, b, slots, compile_config)
+        self.state = _state(model, facts, b, slots, compile_config)
         self.pos = mask.sum(-1).cpu().numpy()  # [b] position id of each row's next token
         self.write = np.full(b, p, dtype=np.int64)  # [b] each row's next slot
         self.active = np.arange(b)  # rows of the call still running, in the loop's order
-        self._active = torch.arange(b, device=model.device)  # the same on the device
+        self._active = torch.arange(b, device=self.device)  # the same on the device
         self.keep_logits = keep_logits  # a step's logits are read after the next step (recorded for the output)
         self._ids = (None, None, None, 0)  # the latest step's (logits, argmax on the device [b, width] or None,
         # running rows (None: all), columns)
@@ -176,7 +178,7 @@ class StaticCausalLM:
 
     def prefill(self, stats) -> torch.Tensor:
         """Logits [b, 1, V] after each prompt; the prompts' keys and values fill slots 0..P-1."""
-        state, p, dev = self.state, self.p, self.model.device
+        state, p, dev = self.state, self.p, self.device
         valid = self.mask.bool()
         state.prompt_valid.zero_()
         state.prompt_valid[:, :p] = valid
@@ -187,9 +189,9 @@ class StaticCausalLM:
         allowed = (s[None, None, :] <= q) & torch.cat([valid, state.prompt_valid[:, p:]], 1)[:, None, :]
         allowed |= s[None, None, :] == q  # a padding query sees itself, so that no row is all -inf
         state.cache.writes = q.T.expand(len(valid), -1)
-        logits = self.model(input_ids=self.input_ids, attention_mask=_additive(allowed, self.model.dtype),
+        logits = self.model(input_ids=self.input_ids, attention_mask=_additive(allowed, self.facts.dtype),
                             position_ids=prompt_positions(self.mask), **{state.kv: state.cache}, use_cache=True,
-                            cache_position=torch.arange(p, device=dev), **last_logits_only(self.model)).logits
+                            cache_position=torch.arange(p, device=dev), **self.facts.last_logits_only()).logits
         stats.add_forward(len(self.active))
         return logits[:, -1:]
 
@@ -244,7 +246,7 @@ class StaticCausalLM:
             cols = verdict.columns()  # [r, W] root then accepted nodes
             moves = self._moves(cols.shape[1])
             K.pack_moves(self.write, rows, cols, moves.numpy())  # one call: the numpy operations cost more
-            moves = moves.to(self.model.device, non_blocking=True)  # a CPU's: the buffer itself
+            moves = moves.to(self.device, non_blocking=True)  # a CPU's: the buffer itself
             self.state.cache.move(moves[0], moves[1])
         K.advance(self.write, self.pos, rows, verdict.counts)  # one call: a few numpy operations cost more
 
@@ -266,7 +268,7 @@ class StaticCausalLM:
         if len(self.active) and size <= len(self.write) // 2:
             self._compact(size)
         else:
-            self._active = torch.from_numpy(self.active).to(self.model.device)
+            self._active = torch.from_numpy(self.active).to(self.device)
 
     def _compact(self, size: int) -> None:
         """Move the running rows' slots (every layer's keys and values, the prompt mask, which call row each holds)
@@ -275,8 +277,8 @@ class StaticCausalLM:
         (their outputs are ignored)."""
         live = len(self.active)
         src = np.concatenate([self.active, np.full(size - live, self.active[-1])])
-        old, new = self.state, _state(self.model, size, self.slots, self.compile_config)
-        index = torch.from_numpy(src).to(self.model.device)
+        old, new = self.state, _state(self.model, self.facts, size, self.slots, self.compile_config)
+        index = torch.from_numpy(src).to(self.device)
         n = min(old.cache.slots, new.cache.slots)
         new.cache.kv[:, :, :, :, :n] = old.cache.kv[:, :, index, :, :n]
         new.prompt_valid.zero_()
@@ -285,7 +287,7 @@ class StaticCausalLM:
         new.cache.origin.copy_(old.cache.origin[index])
         self.state, self.write, self.pos = new, self.write[src], self.pos[src]
         self.active = np.arange(live)
-        self._active = torch.arange(live, device=self.model.device)
+        self._active = torch.arange(live, device=self.device)
 
     def _host(self, width: int) -> np.ndarray:
         """The host buffer of a step's inputs (a numpy view [b, 3 * width + 1]): tokens, positions, the next slot, and
@@ -296,7 +298,7 @@ class StaticCausalLM:
             buf = torch.zeros((len(self.write), 3 * width + 1), dtype=torch.long)
             if self.cuda:
                 buf = buf.pin_memory()
-                state.inputs[width] = torch.zeros_like(buf, device=self.model.device)
+                state.inputs[width] = torch.zeros_like(buf, device=self.device)
             else:
                 state.inputs[width] = buf
             if state.compiled:
@@ -349,11 +351,6 @@ def prompt_positions(mask: torch.Tensor) -> torch.Tensor:
     return (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
 
 
-def last_logits_only(model) -> dict:
-    """The forward keyword that computes logits at the last position only, where the model takes it."""
-    return {"logits_to_keep": 1} if "logits_to_keep" in forward_parameters(model) else {}
-
-
 def _compacted(live: int, compiled: bool) -> int:
     """The batch `live` running rows are compacted into: the smallest power of four that holds them; two rows at
     least when the step is compiled (its batch dimension is dynamic from two rows on: one would cost compilations)."""
@@ -374,45 +371,45 @@ def _bucket(n: int, sizes=WIDTHS) -> int:
     return next((w for w in sizes if w >= n), 1 << (n - 1).bit_length())
 
 
-def _state(model, batch: int, slots: int, compile_config) -> _State:
+def _state(model, facts: ModelFacts, batch: int, slots: int, compile_config) -> _State:
     """A kept state of `model` for this batch size, dtype and compilation with at least `slots` slots, or a new one
     (`_round_slots`, so that calls of other lengths reuse it and its graphs). Where the device has no room for a new
     one, every other kept state of the model is dropped and the allocation tried once more."""
     with _LOCK:  # threads may share a model (each has its own states, all in one list)
-        return _kept_state(model, _key(model, batch, compile_config), batch, slots, compile_config)
+        return _kept_state(model, facts, batch, slots, compile_config)
 
 
-def _kept_state(model, key: tuple, batch: int, slots: int, compile_config) -> _State:
-    states = _STATES.setdefault(model, [])
+def _kept_state(model, facts: ModelFacts, batch: int, slots: int, compile_config) -> _State:
+    key, states = _key(facts, batch, compile_config), _STATES.setdefault(model, [])
     fits = [s for s in states if s.key == key and s.cache.slots >= slots]
     state = min(fits, key=lambda s: s.cache.slots) if fits else None
     if state is None:
         states[:] = [s for s in states if s.key != key]  # a longer one replaces the shorter ones
         del states[: max(len(states) - MAX_STATES + 1, 0)]
         try:
-            state = _new_state(model, batch, slots, compile_config)
+            state = _new_state(model, facts, batch, slots, compile_config)
         except torch.OutOfMemoryError:
             states.clear()
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
-            state = _new_state(model, batch, slots, compile_config)
+            state = _new_state(model, facts, batch, slots, compile_config)
     else:
         states.remove(state)
     states.append(state)
     return state
 
 
-def _new_state(model, batch: int, slots: int, compile_config) -> _State:
+def _new_state(model, facts: ModelFacts, batch: int, slots: int, compile_config) -> _State:
     """A new state, its tensors made in inference mode wherever it is made (a call's first state is made before the
     loop enters inference mode, a compacted one inside it): a compiled step guards on that, and would recompile."""
     with torch.inference_mode():
-        return _State(model, batch, _round_slots(slots), compile_config)
+        return _State(model, facts, batch, _round_slots(slots), compile_config)
 
 
-def _key(model, batch: int, compile_config) -> tuple:
+def _key(facts: ModelFacts, batch: int, compile_config) -> tuple:
     """What a kept state serves: a batch size, a dtype, a compilation and a thread (threads that generate with one
     model at once each get their own caches)."""
-    return batch, model.dtype, None if compile_config is None else repr(compile_config), threading.get_ident()
+    return batch, facts.dtype, None if compile_config is None else repr(compile_config), threading.get_ident()
 
 
 def _round_slots(slots: int) -> int:
@@ -432,13 +429,9 @@ def clear(model) -> None:
     _STATES.pop(model, None)
 
 
-def _devices(model) -> set:
-    """The devices a model's weights are spread over by `device_map` (empty when it was not)."""
-    return {str(d) for d in (getattr(model, "hf_device_map", None) or {}).values()}
-
-
-def static_mode(model, config) -> tuple | None:
-    """How a decoder-only call runs: None for the dynamic cache, else (graphs, compile_config) of the static one.
+def static_mode(facts: ModelFacts, config) -> tuple | None:
+    """How a decoder-only call runs (its model's `ModelFacts`, the call's generation config): None for the dynamic
+    cache, else (graphs, compile_config) of the static one.
 
     - cache_implementation="static": the static cache; on CUDA its step is compiled (`config.compile_config`, else
       transformers' `CompileConfig()`, as transformers compiles a static cache) and captured as CUDA graphs; on a
@@ -449,12 +442,12 @@ def static_mode(model, config) -> tuple | None:
     - anything else ("dynamic", ...): the dynamic cache.
     """
     implementation = getattr(config, "cache_implementation", None)
-    cuda = model.device.type == "cuda"
+    cuda = facts.device.type == "cuda"
     off = bool(getattr(config, "disable_compile", False))
-    spread = len(_devices(model)) > 1
+    spread = len(facts.devices) > 1
     if implementation == "static" and spread:
         raise ValueError(f"cache_implementation='static' keeps the cache on one device; this model is spread over "
-                         f"{sorted(_devices(model))} by device_map: leave cache_implementation unset")
+                         f"{sorted(facts.devices)} by device_map: leave cache_implementation unset")
     if implementation == "static":
         compile_config = getattr(config, "compile_config", None)
         if compile_config is None and cuda:
@@ -462,10 +455,8 @@ def static_mode(model, config) -> tuple | None:
 
             compile_config = CompileConfig()
         return (False, None) if off else (True, compile_config)
-    text = model.config.get_text_config(decoder=True)
-    windowed = isinstance(getattr(text, "sliding_window", None), int)
-    if implementation is None and cuda and not off and not spread and not windowed \
-            and getattr(model.config, "model_type", None) in TESTED:
+    if implementation is None and cuda and not off and not spread and facts.window is None \
+            and facts.model_type in TESTED:
         return True, None
     return None
 

@@ -1,0 +1,67 @@
+"""The package's rooms import only the rooms below them (docs/architecture.md): no circle, no arrow upwards."""
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "lookahead"
+
+# room -> the rooms it may import (docs/architecture.md, "Rooms")
+ALLOWED = {
+    "_checks": set(), "arguments": set(), "models": set(),
+    "index": {"_checks"},
+    "verify": {"index"},
+    "target": {"_checks", "verify"},
+    "decode": {"_checks", "index", "verify", "target"},
+    "_validate": {"_checks", "target"},
+    "generate": {"_checks", "_validate", "index", "verify", "target", "decode"},
+    "plugin": {"generate", "decode"},
+    "demo": {"generate", "models"},
+    "job": {"_checks", "arguments", "generate", "index", "models"},
+    "bench": {"_checks", "arguments", "index", "verify", "target", "decode", "generate", "models"},
+    "cli": {"arguments", "demo", "job", "bench", "models"},
+    "__main__": {"cli"},
+    "__init__": set(),  # imports its public names lazily, by name (`_SOURCES`)
+}
+
+
+def _room(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _imports(path: Path) -> set:
+    """The rooms of lookahead that the module at `path` imports (at any depth of the file)."""
+    module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    package = module.rsplit(".", 1)[0] if path.name != "__init__.py" else module.removesuffix(".__init__")
+    rooms = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = package.split(".")[: len(package.split(".")) - node.level + 1]
+            names = [".".join(base + [node.module])] if node.module else [".".join(base + [a.name]) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            names = [node.module or ""]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        else:
+            continue
+        rooms |= {_room(n) for n in names if n.startswith("lookahead.")}
+    return rooms
+
+
+def test_every_room_imports_only_the_rooms_below_it():
+    """Each module's imports of other rooms are among its room's allowed ones; every room is listed."""
+    for path in sorted(PACKAGE.rglob("*.py")):
+        room = _room(".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts))
+        assert room in ALLOWED, f"{path.relative_to(PACKAGE.parent)}: room {room!r} is not in docs/architecture.md"
+        wrong = _imports(path) - ALLOWED[room] - {room}
+        assert not wrong, f"{path.relative_to(PACKAGE.parent)} ({room}) imports {sorted(wrong)}"
+
+
+def test_the_allowed_imports_have_no_circle():
+    """The allowed arrows form layers: following them never comes back to where it started."""
+    def below(room, seen=()):
+        assert room not in seen, f"circle: {' -> '.join(seen + (room,))}"
+        for lower in ALLOWED[room]:
+            below(lower, seen + (room,))
+
+    for room in ALLOWED:
+        below(room)

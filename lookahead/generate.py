@@ -8,7 +8,8 @@ plain greedy decoding token for token. Sampling verification is exact in distrib
 
 `generate` checks lookahead's own arguments and hands the rest to `model.generate` with `decode` as its decoding loop
 (transformers' `custom_generate`), so the generation config, logits processors, stopping criteria and encoder outputs
-are prepared by transformers exactly as for its own loops. The step itself is `lookahead.decode.loop`; the room each part lives in is in docs/architecture.md.
+are prepared by transformers exactly as for its own loops. The step itself is `lookahead.decode.loop`; the room each
+part lives in is in docs/architecture.md.
 """
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The decode loop: draft from an index, verify every draft token in one target forward, keep what the target agrees with.
+"""The decode loop: draft from an index, verify every draft token in one target forward, keep what the target agrees
+with.
 
 A step, the same for chains and trees, greedy and sampling:
 

@@ -115,8 +115,8 @@ class CausalLM:
         """One forward over [last token, draft nodes] of every row; the logits after each of them [b, N+1, V]."""
         device = self._slots.device
         tokens, positions, mask = self._chain_inputs(last, batch) if batch.chain else self._tree_inputs(last, batch)
-        logits = self.model(input_ids=to_device(tokens, device), attention_mask=mask,
-                            position_ids=to_device(positions, device), **{self.facts.kv: self.cache}, use_cache=True).logits
+        logits = self.model(input_ids=to_device(tokens, device), attention_mask=mask, use_cache=True,
+                            position_ids=to_device(positions, device), **{self.facts.kv: self.cache}).logits
         stats.add_forward(len(last))
         return logits
 

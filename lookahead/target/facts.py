@@ -37,8 +37,9 @@ class ModelFacts:
     def of(cls, model) -> "ModelFacts":
         text = model.config.get_text_config(decoder=True)
         window = getattr(text, "sliding_window", None)
+        encoder_decoder = bool(getattr(model.config, "is_encoder_decoder", False))
         return cls(type(model).__name__, cache_kwarg(model), position_limit(model.config),
-                   model.get_input_embeddings().num_embeddings, bool(getattr(model.config, "is_encoder_decoder", False)),
+                   model.get_input_embeddings().num_embeddings, encoder_decoder,
                    getattr(model.config, "model_type", None), window if isinstance(window, int) else None,
                    model.device, model.dtype,
                    frozenset(str(d) for d in (getattr(model, "hf_device_map", None) or {}).values()),

@@ -31,7 +31,8 @@ class Seq2SeqLM:
         self.model, self.facts, self.prompts = model, facts, decoder_input_ids
         self.encoder_outputs = model_kwargs["encoder_outputs"]
         self.encoder_mask = model_kwargs.get("attention_mask")
-        self.encoder_ids = inputs_tensor if inputs_tensor is not None and not inputs_tensor.is_floating_point() else None
+        ids = inputs_tensor is not None and not inputs_tensor.is_floating_point()  # token ids, not features
+        self.encoder_ids = inputs_tensor if ids else None
         if self.encoder_ids is not None and len(self.encoder_ids) < len(decoder_input_ids):  # num_return_sequences
             self.encoder_ids = self.encoder_ids.repeat_interleave(len(decoder_input_ids) // len(self.encoder_ids), 0)
         self.cache = new_cache(model)

@@ -15,7 +15,8 @@ import numbers
 
 import numpy as np
 
-LOOKUPS = ("ngram", "suffix", "none")
+LOOKUPS = ("ngram", "suffix", "recycle", "suffix+recycle", "none")
+TREE_LOOKUPS = ("suffix", "recycle", "suffix+recycle")  # the lookups whose indexes propose trees
 
 
 def check_int(name: str, value, low: int, high: int | None = None) -> int:

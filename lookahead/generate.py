@@ -21,7 +21,8 @@ from .decode.loop import Rows, assemble, make_run, run_loop, token_ids
 from .decode.processing import max_new_tokens as _max_new
 from .decode.settings import (GenerationStats, Settings, check_supported, eos_override, hf_kwargs, make_settings,
                               refuse_assistant, with_stop_strings)
-from .index.build import row_indexes
+from .index.build import RECYCLING, row_indexes
+from .index.recycle import Recycled
 from .target import make_target
 from .target.facts import ModelFacts
 
@@ -161,13 +162,14 @@ def decode(model, input_ids, logits_processor, stopping_criteria, generation_con
     target = make_target(model, facts, input_ids, inputs_tensor, model_kwargs, max_new, generation_config,
                          settings.widest())
     settings = settings.resolved(target.padded, target.most)  # unset budgets fill the step's width (computed anyway)
+    recycled = _recycled(model, facts, settings)
     run = make_run(model, facts, input_ids.shape[0], logits_processor, stopping_criteria, generation_config, settings,
-                   eos, max_new, target.argmax)
+                   eos, max_new, target.argmax, recycled)
     V.check_documents(facts, settings.documents, settings.memory)
     sources = target.sources()
     rows = Rows(list(range(len(sources))), input_ids, np.zeros(len(sources), np.int64),
                 row_indexes(settings.lookup, settings.max_ngram, settings.min_ngram, sources, settings.documents,
-                            settings.memory, settings.num_draft_tokens))
+                            settings.memory, settings.num_draft_tokens, recycled))
     if settings.streamer is not None:  # transformers never sees it, so it did not put the prompt
         settings.streamer.put(input_ids.cpu())
     try:
@@ -185,3 +187,13 @@ def decode(model, input_ids, logits_processor, stopping_criteria, generation_con
         return sequences
     return run.recorder.output(sequences, sequences.shape[1] - input_ids.shape[1], pad[0], settings.stats,
                                model_kwargs.get("encoder_outputs"))
+
+
+def _recycled(model, facts: ModelFacts, settings: Settings):
+    """A recycling call's predictions after each token: the memory's, kept for this model and vocabulary across
+    calls, or new ones for this call; None for other lookups (or when nothing is drafted)."""
+    if settings.lookup not in RECYCLING or settings.num_draft_tokens == 0:
+        return None
+    if settings.memory is None:
+        return Recycled(facts.vocab)
+    return settings.memory.recycled(facts.vocab, getattr(model.config, "_name_or_path", "") or facts.name)

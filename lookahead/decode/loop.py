@@ -25,6 +25,7 @@ from .calibrate import draft_cost
 from .fused import fused as fused_loop
 from .outputs import Recorder
 from .processing import Scorer, Stopper, Streamer
+from .recycling import Recycling
 from .settings import GenerationStats, Settings
 from .sizing import make_sizing
 
@@ -54,6 +55,7 @@ class Run:
     stats: GenerationStats
     sampling: bool = False  # do_sample: speculative sampling instead of greedy acceptance
     forwards: int = 0  # forwards so far (the prefill's included): each running row took part in all of them
+    recycling: Recycling | None = None  # a recycling lookup's: every forward's top-k, learned by the rows' indexes
 
 
 def run_loop(target, rows: Rows, run: Run, max_new: int) -> list:
@@ -67,8 +69,12 @@ def run_loop(target, rows: Rows, run: Run, max_new: int) -> list:
         rows = _drop(target, rows, fused.run_rows(rows, outs, logits), run)
     else:
         empty = DraftBatch.pack([Draft.empty()] * len(outs), chain=True)
+        top = run.recycling.launch(logits) if run.recycling is not None else None
         scores = run.scorer(logits, rows, outs, empty)
-        rows = _advance(target, rows, outs, run, empty, run.accept(empty, scores), scores, logits)
+        verdict = run.accept(empty, scores)
+        if top is not None:
+            run.recycling.learn(top, rows.indexes, empty)
+        rows = _advance(target, rows, outs, run, empty, verdict, scores, logits)
         clock.lap("prefill")
     while rows.ids:
         if fused is not None:  # the common call: a step's host work in one kernel call, until a row is done
@@ -79,9 +85,12 @@ def run_loop(target, rows: Rows, run: Run, max_new: int) -> list:
         batch = DraftBatch.pack(run.scorer.cut(drafts, rows, outs, run.sizing.chain), run.sizing.chain)
         clock.lap("draft")
         logits = target.verify(rows.last, batch, run.stats)  # [b, N+1, V]
+        top = run.recycling.launch(logits) if run.recycling is not None else None  # [b, N+1, k] ids, probs
         clock.lap("forward")
         scores = run.scorer(logits, rows, outs, batch)  # each column scored with its own prefix
         verdict = run.accept(batch, scores)  # accepted path and next token of each row
+        if top is not None:  # before the indexes take the step's tokens: the root's context is their last two
+            run.recycling.learn(top, rows.indexes, batch)
         clock.lap("accept")
         run.sizing.update(batch, verdict)
         target.commit(batch, verdict)
@@ -138,8 +147,9 @@ def _drop(target, rows: Rows, done: list, run: Run) -> Rows:
 
 
 def make_run(model, facts: ModelFacts, batch: int, processors, criteria, config, settings: Settings, eos: tuple,
-             max_new: int, argmax_of=None) -> Run:
-    """What the call applies at every step besides the model (`Run`); `model` is timed when draft_cost="auto"."""
+             max_new: int, argmax_of=None, recycled=None) -> Run:
+    """What the call applies at every step besides the model (`Run`); `model` is timed when draft_cost="auto";
+    `recycled`: the call's `Recycled` predictions (a recycling lookup), learned from every forward."""
     recorder = None
     if config.return_dict_in_generate:
         recorder = Recorder(batch, bool(config.output_scores), bool(config.output_logits))
@@ -147,7 +157,8 @@ def make_run(model, facts: ModelFacts, batch: int, processors, criteria, config,
     sizing = make_sizing(settings.draft, settings.num_draft_tokens, settings.max_draft_nodes, cost)
     return Run(Scorer(processors, batch), Stopper(criteria, eos, max_new),
                acceptance_rule(config.do_sample, settings.generator, facts.device, argmax_of), sizing,
-               Streamer(settings.streamer, batch), recorder, settings.stats, bool(config.do_sample))
+               Streamer(settings.streamer, batch), recorder, settings.stats, bool(config.do_sample),
+               recycling=None if recycled is None else Recycling(recycled.k))
 
 
 def assemble(input_ids: torch.Tensor, outs: list, pad: int) -> torch.Tensor:

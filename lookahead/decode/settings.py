@@ -158,8 +158,9 @@ def make_settings(*, tokenizer=None, eos=None, **options) -> Settings:
                          f"got {o['draft_cost']!r}")
     if o["draft"] not in ("chain", "tree"):
         raise ValueError(f"draft must be 'chain' or 'tree', got {o['draft']!r}")
-    if o["draft"] == "tree" and o["lookup"] != "suffix":
-        raise ValueError(f"draft='tree' needs lookup='suffix' (an index that proposes trees), got lookup={o['lookup']!r}")
+    if o["draft"] == "tree" and o["lookup"] not in V.TREE_LOOKUPS:
+        raise ValueError(f"draft='tree' needs lookup='suffix', 'recycle' or 'suffix+recycle' (an index that proposes "
+                         f"trees), got lookup={o['lookup']!r}")
     if o["memory"] is not None and not hasattr(o["memory"], "add_tokens"):
         raise TypeError(f"memory must be a lookahead.Memory, got {type(o['memory']).__name__}")
     if o["generator"] is not None and not isinstance(o["generator"], torch.Generator):

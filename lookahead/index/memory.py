@@ -8,6 +8,7 @@ import numpy as np
 from .._checks import check_int
 from ._tokens import as_token_array, range_error
 from .build import new_index
+from .recycle import Recycled
 
 _INT32_MAX = np.iinfo(np.int32).max
 _MAX_INDEXES = 4  # index kinds and settings kept at once; the least recently used goes first
@@ -26,12 +27,16 @@ class Memory:
     (the newest piece always stays): an eviction means indexing the rest again, and evicting a quarter at a time
     does that once per ``max_tokens / 4`` tokens added rather than on every call.
 
+    With ``lookup="recycle"`` or ``"suffix+recycle"`` it also keeps what the target predicted after each token
+    (`recycled`: a `Recycled` per model and vocabulary, a few MB each), so that later calls draft from a warm table.
+    ``max_tokens=0`` keeps only that: no text. `save` and `load` write and read everything it holds.
+
     Args:
-        max_tokens: most tokens held (>= 1).
+        max_tokens: most tokens held (>= 0).
 
     Raises:
         TypeError: max_tokens is not an int.
-        ValueError: max_tokens < 1.
+        ValueError: max_tokens < 0.
 
     Example:
         >>> mem = Memory(max_tokens=100_000)
@@ -40,10 +45,11 @@ class Memory:
     """
 
     def __init__(self, max_tokens: int = 65536):
-        self.max_tokens = check_int("max_tokens", max_tokens, 1)
+        self.max_tokens = check_int("max_tokens", max_tokens, 0)
         self._items: deque = deque()
         self._size, self._max_id = 0, -1
         self._indexes: dict = {}  # (lookup, settings...) -> an index over every piece held, in order
+        self._recycled: dict = {}  # (model, vocabulary) -> its Recycled
 
     def __len__(self) -> int:
         """Tokens held."""
@@ -70,8 +76,8 @@ class Memory:
         arr = as_token_array(tokens)
         if arr.size and (arr.min() < 0 or arr.max() > _INT32_MAX):
             raise range_error(arr)
-        arr = np.array(arr[-self.max_tokens:], dtype=np.int64)  # a copy: the caller may reuse its buffer
-        if arr.size == 0:
+        arr = np.array(arr[len(arr) - self.max_tokens:], dtype=np.int64)  # a copy: the caller may reuse its buffer
+        if arr.size == 0 or self.max_tokens == 0:
             return
         self._items.append(arr)
         self._size += arr.size
@@ -126,6 +132,44 @@ class Memory:
         if self._size and lookup == "suffix":
             copy.begin_request()
         return copy
+
+    def recycled(self, vocab: int, model: str = "") -> Recycled:
+        """The `Recycled` predictions kept for `model` (a name) and its vocabulary, new (empty) on first use.
+
+        >>> mem = Memory(0); mem.recycled(100, "smollm2") is mem.recycled(100, "smollm2")
+        True
+        """
+        key = (str(model), check_int("vocab", vocab, 1))
+        if key not in self._recycled:
+            self._recycled[key] = Recycled(vocab)
+        return self._recycled[key]
+
+    def save(self, path) -> None:
+        """Write what the memory holds (its pieces, its recycled predictions) to `path` (a numpy .npz file).
+
+        >>> mem.save("memory.npz"); mem = Memory.load("memory.npz")
+        """
+        arrays = {"max_tokens": np.array(self.max_tokens), "pieces": np.array(len(self._items))}
+        arrays.update({f"piece{i}": piece for i, piece in enumerate(self._items)})
+        for i, ((model, vocab), table) in enumerate(self._recycled.items()):
+            arrays[f"recycled{i}.key"] = np.array([model, str(vocab)])
+            arrays.update({f"recycled{i}.{name}": value for name, value in table.state().items()})
+        np.savez(path, **arrays)
+
+    @classmethod
+    def load(cls, path) -> "Memory":
+        """The memory `save` wrote to `path`."""
+        with np.load(path) as data:
+            memory = cls(int(data["max_tokens"]))
+            for i in range(int(data["pieces"])):
+                memory.add_tokens(data[f"piece{i}"])
+            i = 0
+            while f"recycled{i}.key" in data:
+                model, vocab = data[f"recycled{i}.key"].tolist()
+                names = [n.split(".", 1)[1] for n in data.files if n.startswith(f"recycled{i}.") and not n.endswith("key")]
+                memory._recycled[model, int(vocab)] = Recycled.from_state({n: data[f"recycled{i}.{n}"] for n in names})
+                i += 1
+        return memory
 
     def documents(self) -> list | None:
         """What the memory holds as one row's document list (``[pieces]``), None while it is empty."""

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from .. import models
-from .._checks import LOOKUPS
+from .._checks import LOOKUPS, TREE_LOOKUPS
 from ..generate import generate
 from ..index.memory import Memory
 from .lines import Line, Model
@@ -20,7 +20,7 @@ class Options:
     """The `generate` settings a job applies to every batch (see `lookahead.generate`).
 
     Raises:
-        ValueError: a setting out of range, or draft="tree" without lookup="suffix".
+        ValueError: a setting out of range, or draft="tree" without a lookup that proposes trees.
     """
 
     lookup: str = "ngram"
@@ -38,8 +38,9 @@ class Options:
             raise ValueError(f"lookup must be one of {', '.join(LOOKUPS)}, got {self.lookup!r}")
         if self.draft not in DRAFTS:
             raise ValueError(f"draft must be one of {', '.join(DRAFTS)}, got {self.draft!r}")
-        if self.draft == "tree" and self.lookup != "suffix":
-            raise ValueError(f"draft='tree' needs lookup='suffix', got lookup={self.lookup!r}")
+        if self.draft == "tree" and self.lookup not in TREE_LOOKUPS:
+            raise ValueError(f"draft='tree' needs lookup='suffix', 'recycle' or 'suffix+recycle', got "
+                             f"lookup={self.lookup!r}")
         for name, low in (("max_new_tokens", 1), ("batch_size", 1), ("memory", 0), ("seed", 0)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:

@@ -74,3 +74,20 @@ def replay_calls(index, calls) -> list:
             seen.append((draft.tokens.tolist(), draft.parents.tolist(), draft.probs.tolist(), draft.match_length))
         seen.append((len(index), index.match_length))
     return seen
+
+
+@st.composite
+def recycle_updates(draw, vocab: int = 12, k: int = 4, max_steps: int = 40) -> list:
+    """Verified columns to teach a `Recycled`: (token, prev, ids, probs), tokens over a tiny vocabulary (rows and
+    two-token rows recur, slots fill and are evicted) with ids now and then outside it, and probabilities that are
+    multiples of 1/16 (exact in float32, so sums and decays agree with a float64 reference)."""
+    column = st.tuples(st.integers(-1, vocab), st.integers(-1, vocab - 1),
+                       st.lists(st.integers(-1, vocab + 1), min_size=1, max_size=k, unique=True),
+                       st.integers(0, 2**32 - 1))
+
+    def probs(col):
+        token, prev, ids, seed = col
+        p = np.sort(np.random.default_rng(seed).integers(0, 17, len(ids)))[::-1] / 16
+        return token, prev, ids, p.tolist()
+
+    return draw(st.lists(column.map(probs), max_size=max_steps))

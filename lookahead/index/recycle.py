@@ -87,9 +87,9 @@ class Recycled:
             ValueError: arrays of mismatched lengths.
         """
         tokens, prevs = as_token_array(tokens), as_token_array(prevs)
-        top_ids = np.ascontiguousarray(np.asarray(top_ids, dtype=np.int64).reshape(len(tokens), -1))
-        top_probs = np.ascontiguousarray(np.asarray(top_probs, dtype=np.float32).reshape(len(tokens), -1))
-        if len(prevs) != len(tokens) or top_ids.shape != top_probs.shape:
+        top_ids = np.ascontiguousarray(np.asarray(top_ids, dtype=np.int64))
+        top_probs = np.ascontiguousarray(np.asarray(top_probs, dtype=np.float32))
+        if len(prevs) != len(tokens) or top_ids.shape != top_probs.shape or top_ids.shape[:1] != tokens.shape:
             raise ValueError(f"update needs tokens [n], prevs [n] and top_ids, top_probs [n, k] alike, got "
                              f"{len(tokens)}, {len(prevs)}, {top_ids.shape}, {top_probs.shape}")
         K.update(*self.arrays, tokens, prevs, top_ids, top_probs, len(tokens))

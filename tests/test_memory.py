@@ -107,7 +107,7 @@ def test_add_tokens_refuses_what_no_index_can_hold(tokens, error, message):
 
 @pytest.mark.parametrize(
     "max_tokens, error, message",
-    [(0, ValueError, "max_tokens must be >= 1, got 0"), (2.5, TypeError, r"max_tokens must be an int, got float"),
+    [(-1, ValueError, "max_tokens must be >= 0, got -1"), (2.5, TypeError, r"max_tokens must be an int, got float"),
      (True, TypeError, "max_tokens must be an int, got bool")],
 )
 def test_max_tokens_errors(max_tokens, error, message):

@@ -141,8 +141,8 @@ def test_tree_argument_errors(kwargs, message):
 
 
 def test_memory_argument_error():
-    with pytest.raises(ValueError, match="max_tokens must be >= 1, got 0"):
-        Memory(max_tokens=0)
+    with pytest.raises(ValueError, match="max_tokens must be >= 0, got -1"):
+        Memory(max_tokens=-1)
 
 
 def test_tree_size_follows_the_cost_of_verification():

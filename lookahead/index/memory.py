@@ -166,7 +166,8 @@ class Memory:
             i = 0
             while f"recycled{i}.key" in data:
                 model, vocab = data[f"recycled{i}.key"].tolist()
-                names = [n.split(".", 1)[1] for n in data.files if n.startswith(f"recycled{i}.") and not n.endswith("key")]
+                names = [n.split(".", 1)[1] for n in data.files
+                         if n.startswith(f"recycled{i}.") and not n.endswith(".key")]
                 memory._recycled[model, int(vocab)] = Recycled.from_state({n: data[f"recycled{i}.{n}"] for n in names})
                 i += 1
         return memory

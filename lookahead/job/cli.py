@@ -19,7 +19,8 @@ def add_parser(sub) -> None:
     p.add_argument("--output", required=True, metavar="OUT.jsonl", help="appended to; '-' for stdout (no resume)")
     p.add_argument("--model", default=None, help="folder or hub id (default: the bundled stories260K)")
     p.add_argument("--lookup", choices=LOOKUPS, default="ngram", help="what drafts come from (default ngram)")
-    p.add_argument("--draft", choices=DRAFTS, default="chain", help="tree needs --lookup suffix, recycle or suffix+recycle")
+    p.add_argument("--draft", choices=DRAFTS, default="chain",
+                   help="tree needs --lookup suffix, recycle or suffix+recycle")
     p.add_argument("--max-new-tokens", type=positive_int, default=128, help="per line (default 128)")
     p.add_argument("--batch-size", type=positive_int, default=8, help="lines per generate call (default 8)")
     p.add_argument("--memory", type=non_negative_int, default=0, metavar="TOKENS",

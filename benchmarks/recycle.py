@@ -132,7 +132,7 @@ def main(argv=None) -> None:
                 new, forwards, seconds = results[m]
                 row = dict(prompt=i, category=category, method=m, nodes=args.nodes, draft_cost=args.draft_cost,
                            prompt_tokens=ids.shape[1], new_tokens=len(new), forwards=forwards, seconds=seconds,
-                           same=new == reference, load=os.getloadavg()[0])
+                           same=new == reference, load=os.getloadavg()[0], tokens=new)
                 out.write(json.dumps(row) + "\n")
             out.flush()
             print(i, category, {m: (len(r[0]), r[1], round(r[2], 1), r[0] == reference) for m, r in results.items()},

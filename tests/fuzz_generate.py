@@ -6,7 +6,8 @@ Every greedy call must equal `model.generate(do_sample=False)`; a sampling call 
 calls span what reaches the kernels' buffers at their edges: batches with ragged prompts of one token on, calls that
 run to `max_new_tokens` (where the room left and the draft width meet) or whose rows end early at an eos, chain and
 tree budgets from 1 to 64, `draft_cost` 0 and default, the dynamic and the static cache, the fused and the unfused
-loop, repetitive and random prompts, on the bundled pretrained model and on a random one, in float32 and float64.
+loop, repetitive and random prompts, every lookup (recycling ones with their predictions cold or kept from earlier
+calls), on the bundled pretrained model and on a random one, in float32 and float64.
 FUZZ_EXAMPLES sets the number of calls (default 300).
 
 A multi-token forward rounds differently from a one-token one, so in float32 a greedy output may leave plain
@@ -23,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from transformers import AutoModelForCausalLM
 
-from lookahead import generate
+from lookahead import Memory, generate
 from lookahead.models import default_model_path
 from models import tiny_model
 
@@ -52,6 +53,12 @@ def _near_tie(name: str, got: torch.Tensor, expected: torch.Tensor, mask: torch.
         if abs(float(logits[got[row, at]] - logits[expected[row, at]])) > 1e-4:
             return False
     return True
+
+
+@functools.cache
+def _memory(name: str, dtype: torch.dtype) -> Memory:
+    """A memory of no tokens whose recycled predictions every call of the model (in the dtype) adds to."""
+    return Memory(0)
 
 
 @functools.cache
@@ -84,7 +91,8 @@ def calls(draw) -> dict:
     for i, row in enumerate(rows):
         ids[i, width - len(row):], mask[i, width - len(row):] = torch.from_numpy(row), 1
     draft = draw(st.sampled_from(["chain", "tree"]))
-    kwargs = dict(lookup="suffix" if draft == "tree" else draw(st.sampled_from(["ngram", "suffix"])), draft=draft,
+    lookups = ["suffix", "recycle", "suffix+recycle"] + (["ngram"] if draft == "chain" else [])
+    kwargs = dict(lookup=draw(st.sampled_from(lookups)), draft=draft,
                   max_new_tokens=draw(st.integers(1, 300)), draft_cost=draw(st.sampled_from([None, 0.0])),
                   cache_implementation=draw(st.sampled_from(["dynamic", "static"])),
                   eos_token_id=draw(st.sampled_from([[], [_common_tokens(name)[draw(st.integers(0, 9))]]])),
@@ -93,6 +101,8 @@ def calls(draw) -> dict:
     kwargs["max_draft_nodes" if draft == "tree" else "num_draft_tokens"] = budget
     if draw(st.booleans()):  # the unfused loop: it records scores
         kwargs.update(return_dict_in_generate=True, output_scores=True)
+    if "recycle" in kwargs["lookup"] and draw(st.booleans()):  # predictions kept from the model's earlier calls
+        kwargs["memory"] = _memory(name, dtype)
     sample = draw(st.sampled_from([False, False, True]))
     return dict(name=name, dtype=dtype, ids=ids, mask=mask, sample=sample, kwargs=kwargs)
 

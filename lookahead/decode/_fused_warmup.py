@@ -4,6 +4,7 @@ import numpy as np
 from numba import typed
 
 from ._fused_kernels import draft, draft_suffix, draft_trees, kept, step, step_suffix, step_trees
+from ._fused_recycle import draft_recycle_trees, step_recycle_trees
 
 
 def warm_up_chains() -> None:
@@ -90,3 +91,40 @@ def _warm_trees(automata, scratches) -> None:
                np.zeros((r, 8), np.int64), *ints[5:8], np.zeros((r, 8), np.int64), np.zeros((r, 9), np.int64),
                np.zeros(r, np.bool_), np.zeros(2, np.int64), *sizing, np.ones(5), tokens[1], parents[1], probs[1],
                *ints[8:11], ints[4])
+
+
+def warm_up_recycle_trees() -> None:
+    """The same for the kernels of merged trees (`_fused_recycle`)."""
+    from ..index.recycle import Recycled, RecycleIndex
+    from ..index.suffix import SuffixIndex
+
+    table = Recycled(16, 2)
+    table.update(np.array([1, 2]), np.array([-1, 1]), np.array([[2, 3], [3, 1]]), np.full((2, 2), 0.5, np.float32))
+    index = RecycleIndex(table, SuffixIndex())
+    index.extend(np.array([1, 2, 3, 1, 2], dtype=np.int64))
+    index.suffix._buffers(8)
+    index._scratch(8)
+    items = (index.suffix._arrays, index.suffix._scratch, index._row)
+    for lists in (tuple((item,) for item in items), tuple(typed.List([item] * 2) for item in items)):
+        _warm_recycle_trees(lists, table)
+    for item in items:
+        kept(typed.List([item]), np.ones(1, np.bool_))
+
+
+def _warm_recycle_trees(lists, table) -> None:
+    """`_warm_trees` for merged trees."""
+    from .policy import TreeCalibration
+
+    (policy, sizing), cal, r = _policy_and_sizing(), TreeCalibration(), len(lists[0])
+    calibration = (cal.EDGES, cal.accepted, cal.seen, cal.prior)
+    ints = [np.zeros(r, np.int64) for _ in range(12)]
+    tokens, parents, probs = np.zeros((2, r, 8), np.int64), np.zeros((2, r, 8), np.int64), np.zeros((2, r, 8))
+    m = (table.ids, table.score, table.keys, table.pair, table.pprob, table.calib, table.meta)
+    widest = draft_recycle_trees(*lists, m, 0.01, ints[0], 8, *sizing[:2], *policy, *sizing[2:], *calibration,
+                                 np.ones(5), tokens[0], parents[0], probs[0], *ints[1:5])
+    top = (np.zeros((r, widest + 1, 2), np.int64), np.zeros((r, widest + 1, 2), np.float32))
+    step_recycle_trees(np.zeros((r, widest + 1), np.int64), *top, tokens[0], parents[0], probs[0], widest, ints[1],
+                       ints[2], ints[3], *lists, (*table.arrays, table.calib), 0.01, *policy, *calibration,
+                       np.array([7]), 8, ints[0], np.zeros((r, 8), np.int64), *ints[5:8], np.zeros((r, 8), np.int64),
+                       np.zeros((r, 9), np.int64), np.zeros(r, np.bool_), np.zeros(2, np.int64), *sizing, np.ones(5),
+                       tokens[1], parents[1], probs[1], *ints[8:11], ints[4])

@@ -19,8 +19,10 @@ import numpy as np
 from numba import typed
 
 from . import _fused_kernels as K
+from . import _fused_recycle as KR
 from . import _fused_warmup as W
 from ..index.ngram import NgramIndex
+from ..index.recycle import RecycleIndex
 from ..index.suffix import SuffixIndex
 from ..target import CausalLM, StaticCausalLM
 from ..verify.batch import DraftBatch, Verdict, _chain_parents
@@ -34,8 +36,10 @@ def fused(target, rows, run, max_new: int, clock):
              and not run.stopper.criteria and run.recorder is None and run.streamer.streamer is None)
     index = type(rows.indexes[0]) if rows.indexes else None
     kind = {(True, NgramIndex): FusedChains, (True, SuffixIndex): FusedSuffixChains,
-            (False, SuffixIndex): FusedTrees}.get((run.sizing.chain, index))
+            (False, SuffixIndex): FusedTrees, (False, RecycleIndex): FusedRecycleTrees}.get((run.sizing.chain, index))
     if not plain or kind is None or not all(type(ix) is index for ix in rows.indexes):
+        return None
+    if kind is FusedRecycleTrees and not FusedRecycleTrees.takes(rows.indexes, run):
         return None
     return kind(target, run, max_new, clock, rows.indexes)
 
@@ -79,12 +83,13 @@ class _Fused:
             batch = self._batch(now, self._draft(lists, s, now))
             self.clock.lap("draft")
         else:
-            finished, lists = self._accept(target.argmax(prefill), self._batch(now, 0), rows, lists, s, now, later)
+            finished, lists = self._accept(self._prefilled(prefill, s), self._batch(now, 0), rows, lists, s, now,
+                                           later)
             run.forwards += 1
             self.clock.lap("prefill")
             batch, now, later = self._batch(later, s["widest"]), later, now
         while not finished:
-            targets = target.verify_ids(rows.last, batch, run.stats)  # [r, N + 1]
+            targets = self._verify(rows.last, batch, s)  # [r, N + 1]
             self.clock.lap("forward")
             finished, lists = self._accept(targets, batch, rows, lists, s, now, later)
             target.commit(batch, self._verdict(batch, s))
@@ -99,6 +104,14 @@ class _Fused:
             outs[rid].extend(out[k, start[k]:lens[k]].tolist())
         self._settle(rows.indexes)
         return s["done"].tolist()
+
+    def _verify(self, last: np.ndarray, batch: DraftBatch, s: dict) -> np.ndarray:
+        """The step's forward: the target's argmax after the root and each draft node [r, N + 1]."""
+        return self.target.verify_ids(last, batch, self.run.stats)
+
+    def _prefilled(self, logits, s: dict) -> np.ndarray:
+        """The argmax of the prefill's logits [r, 1]."""
+        return self.target.argmax(logits)
 
     def _accept(self, targets, batch: DraftBatch, rows, lists, s: dict, now: dict, later: dict) -> tuple:
         """`_step`, after growing the indexes where they must grow first; (rows done, the index arrays)."""
@@ -134,9 +147,9 @@ class _Fused:
         us)."""
         indexes = rows.indexes
         if len(indexes) == 1:
-            return tuple((getattr(indexes[0], name),) for name in self.arrays)
+            return tuple((item,) for item in self._items(indexes[0]))
         if self._held is None:
-            self._held = rows.ids, tuple(typed.List([getattr(ix, name) for ix in indexes]) for name in self.arrays)
+            self._held = rows.ids, tuple(typed.List(items) for items in zip(*map(self._items, indexes)))
         held, lists = self._held
         if held != rows.ids:
             running = set(rows.ids)
@@ -144,9 +157,13 @@ class _Fused:
             lists = tuple(K.kept(items, keep) for items in lists)
             self._held = rows.ids, lists
         for k, ix in enumerate(indexes if grown else ()):
-            for items, name in zip(lists, self.arrays):
-                items[k] = getattr(ix, name)
+            for items, item in zip(lists, self._items(ix)):
+                items[k] = item
         return lists
+
+    def _items(self, index) -> tuple:
+        """What the kernels take of one row's index: its arrays of the names in `arrays`."""
+        return tuple(getattr(index, name) for name in self.arrays)
 
     def _settle(self, indexes: list) -> None:
         """Make the indexes' own bookkeeping agree with what the kernels added."""
@@ -259,3 +276,63 @@ class FusedTrees(_FusedSuffix):
         if s["in_place"]:
             return Verdict(s["counts"], s["bonus"])
         return Verdict(s["counts"], s["bonus"], cols=s["cols"][:, : 1 + int(s["counts"].max())], ordered=False)
+
+
+class FusedRecycleTrees(FusedTrees):
+    """Greedy trees from `RecycleIndex`es merged with suffix indexes (``lookup="suffix+recycle"``), fused
+    (`_fused_recycle`): each step's forward also gives the top-k after every column (`recycling.top_k`), which M
+    learns inside the step's kernel call."""
+
+    warm_up = staticmethod(functools.cache(W.warm_up_recycle_trees))
+
+    @staticmethod
+    def takes(indexes: list, run) -> bool:
+        """Whether the rows' indexes are merged ones over one `Recycled` with one `keep` (and the call learns)."""
+        first = indexes[0]
+        return (run.recycling is not None and first.suffix is not None
+                and all(ix.suffix is not None and ix.recycled is first.recycled and ix.keep == first.keep
+                        for ix in indexes))
+
+    def __init__(self, target, run, max_new: int, clock, indexes: list):
+        _Fused.__init__(self, target, run, max_new, clock, indexes)
+        for ix in indexes:  # proposals of the whole budget fit each index's buffers, which then never change
+            ix.suffix._buffers(self.budget)
+            ix._scratch(self.budget)
+        table = indexes[0].recycled
+        self.recycled = (*table.arrays, table.calib)  # ids, score, keys, pair, pprob, stamp, meta, calib
+        self.m = (table.ids, table.score, table.keys, table.pair, table.pprob, table.calib, table.meta)
+        self.keep, self.k = indexes[0].keep, run.recycling.k
+
+    def _items(self, index) -> tuple:
+        return index.suffix._arrays, index.suffix._scratch, index._row
+
+    def _verify(self, last: np.ndarray, batch: DraftBatch, s: dict) -> np.ndarray:
+        logits = self.target.verify(last, batch, self.run.stats)
+        s["top"] = self.run.recycling.launch(logits)
+        return self.target.argmax(logits)
+
+    def _prefilled(self, logits, s: dict) -> np.ndarray:
+        s["top"] = self.run.recycling.launch(logits)
+        return self.target.argmax(logits)
+
+    def _accept(self, targets, batch: DraftBatch, rows, lists, s: dict, now: dict, later: dict) -> tuple:
+        s["top_arrays"] = tuple(np.ascontiguousarray(t.numpy()) for t in s["top"])
+        return super()._accept(targets, batch, rows, lists, s, now, later)
+
+    def _draft(self, lists, s: dict, d: dict) -> int:
+        return KR.draft_recycle_trees(*lists, self.m, self.keep, s["lens"], self.max_new, self.budget, s["sizing"][0],
+                                      *s["policy"], *s["sizing"][1:], *s["calibration"], s["step_costs"], d["tokens"],
+                                      d["parents"], d["probs"], d["sizes"], d["matches"], d["depths"], s["nodes"])
+
+    def _step(self, targets, batch: DraftBatch, lists, s: dict, now: dict, later: dict) -> int:
+        finished, s["in_place"], s["widest"] = KR.step_recycle_trees(
+            targets, *s["top_arrays"], now["tokens"], now["parents"], now["probs"], batch.width, now["sizes"],
+            now["matches"], now["depths"], *lists, self.recycled, self.keep, *s["policy"], *s["calibration"],
+            self.eos, self.max_new, s["lens"], s["out"], s["last"], s["counts"], s["bonus"], s["paths"], s["cols"],
+            s["done"], s["totals"], self.budget, *s["sizing"], s["step_costs"], later["tokens"], later["parents"],
+            later["probs"], later["sizes"], later["matches"], later["depths"], s["nodes"])
+        return finished
+
+    def _settle(self, indexes: list) -> None:
+        for ix in indexes:
+            ix.suffix._room = ix.suffix._sam.hist.shape[0] - len(ix.suffix)

@@ -23,6 +23,7 @@ from numba import njit
 
 COPY, RECYCLED, BOTH = 0, 1, 2
 DECAY, CAL_DECAY, CLOCK, PRIOR = 0, 1, 2, 3
+PREV, LAST, PENDING, HELD = 0, 1, 2, 3  # a row's state (`recycle.RecycleIndex._state`)
 EDGES = np.array([0.0, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9])
 PROBES = 4  # slots of the two-token table a key may sit in
 FALLBACK = 0.5  # weight of M[token]'s candidates behind those of a known two-token row
@@ -204,6 +205,18 @@ def learn(calib, meta, tokens, parents, sources, estimates, n, gained, m):
         if nxt < 0:
             break
         node, d = nxt, d + 1
+
+
+@njit(cache=True)
+def advance(calib, meta, out, est, state, new, m):
+    """A row's index takes tokens new [m] (m > 0): its latest draft (out [3, >= n]: tokens, parents, sources; est[0]:
+    estimates; n = state[PENDING]) is learned from (`learn`) and forgotten, and its last two tokens move on."""
+    if state[PENDING] > 0:
+        learn(calib, meta, out[0], out[1], out[2], est[0], state[PENDING], new, m)
+        state[PENDING] = 0
+    state[PREV] = new[m - 2] if m > 1 else state[LAST]
+    state[LAST] = new[m - 1]
+    state[HELD] += m
 
 
 @njit(cache=True)

@@ -138,13 +138,22 @@ class RecycleIndex:
             raise TypeError(f"suffix must be a SuffixIndex or None, got {type(suffix).__name__}")
         self.recycled, self.suffix = recycled, suffix
         self.keep = check_float("keep", keep, 0.0, 1.0)
-        self._prev, self._last, self._held = -1, -1, 0
-        self._pending = 0  # nodes of the latest draft, learned from at the next extend (its gained tokens)
+        # the row's second-last and last tokens, the nodes of its latest draft (learned from at the next extend: its
+        # gained tokens), the tokens held; an array, which the fused step's kernels move on in place
+        self._state = np.array([-1, -1, 0, 0], dtype=np.int64)
         self._budget = 0
         self._scratch(32)
 
     def __len__(self) -> int:
-        return self._held
+        return int(self._state[K.HELD])
+
+    @property
+    def _prev(self) -> int:
+        return int(self._state[K.PREV])
+
+    @property
+    def _last(self) -> int:
+        return int(self._state[K.LAST])
 
     def __repr__(self) -> str:
         return f"RecycleIndex({self.recycled!r}, suffix={self.suffix!r}, keep={self.keep})"
@@ -170,15 +179,8 @@ class RecycleIndex:
         elif new.size and (new.min() < 0 or new.max() > np.iinfo(np.int32).max):
             raise ValueError(f"tokens must hold ids in [0, {np.iinfo(np.int32).max}], got min {new.min()} and "
                              f"max {new.max()}")
-        if not new.size:
-            return
-        if self._pending:
-            K.learn(self.recycled.calib, self.recycled.meta, self._out[0], self._out[1], self._out[2],
-                    self._est[0], self._pending, new, len(new))
-            self._pending = 0
-        self._prev = int(new[-2]) if len(new) > 1 else self._last
-        self._last = int(new[-1])
-        self._held += len(new)
+        if new.size:
+            K.advance(self.recycled.calib, self.recycled.meta, self._out, self._est, self._state, new, len(new))
 
     def propose(self, max_tokens: int) -> np.ndarray:
         """A chain of at most ``max_tokens`` tokens: the best path of the merged tree, then M's best candidates."""
@@ -186,7 +188,7 @@ class RecycleIndex:
         base = self._base(budget)
         m = K.merged_chain(*self._m(), self._prev, self._last, *base, self.keep, budget, *self._work, self._out,
                            self._est[0])
-        self._pending = m
+        self._state[K.PENDING] = m
         return self._out[0, :m].copy()
 
     def propose_tree(self, max_nodes: int) -> Draft:
@@ -196,7 +198,7 @@ class RecycleIndex:
         n = K.merged_tree(*self._m(), self._prev, self._last, *base, self.keep, budget, *self._work)
         ints, floats = self._work[0], self._work[1]
         self._out[:, :n], self._est[:, :n] = ints[:3, :n], floats[:2, :n]
-        self._pending = n
+        self._state[K.PENDING] = n
         return Draft(ints[0, :n].copy(), ints[1, :n].copy(), floats[1, :n].copy(), self.match_length)
 
     def observe(self, tokens: np.ndarray, parents: np.ndarray, size: int, top_ids: np.ndarray,
@@ -204,6 +206,11 @@ class RecycleIndex:
         """Learn from a verified step of this row: its draft (tokens, parents [>= size]) after its last token, and
         the target's top-k after each column (top_ids, top_probs [>= size + 1, k]: the root, then each node)."""
         K.update_step(*self.recycled.arrays, self._prev, self._last, tokens, parents, size, top_ids, top_probs)
+
+    def _reserve(self, extra: int) -> None:
+        """Room for `extra` more tokens in the suffix index (the fused step asks before its kernel appends)."""
+        if self.suffix is not None:
+            self.suffix._reserve(extra)
 
     def _m(self) -> tuple:
         r = self.recycled
@@ -233,6 +240,7 @@ class RecycleIndex:
                       np.zeros(k, dtype=np.int64), np.zeros(k))
         self._out, self._est = np.zeros((3, budget), dtype=np.int64), np.zeros((2, budget))
         self._budget = budget
+        self._row = (*self._work, self._out, self._est, self._state)  # what the fused step's kernels take
 
 
 _NONE, _NO_PROBS = np.empty(0, dtype=np.int64), np.empty(0)

@@ -64,7 +64,10 @@ def generate(
         input_ids: LongTensor [batch, length] (or [length]); left-pad rows of different lengths.
         attention_mask: [batch, length] of 0/1 (or bools), 0 on padding. Default: all ones.
         lookup: "ngram" (draft from an `NgramIndex` over documents, prompt and output), "suffix" (a `SuffixIndex`:
-            longest match of any length, adaptive drafts) or "none" (plain decoding).
+            longest match of any length, adaptive drafts), "recycle" (Token Recycling: what the target itself
+            predicted after each token at earlier steps, `lookahead.index.recycle`), "suffix+recycle" (the suffix
+            tree's likely copies, the rest of the budget recycled predictions) or "none" (plain decoding). The
+            recycled predictions are learned from every forward's top-k and kept across calls by `memory`.
         max_ngram, min_ngram: longest and shortest suffix the index matches.
         num_draft_tokens: most draft tokens verified per row and step, at most 1024 (0 disables drafting).
             Default: 10; on a static step (`cache_implementation`, below) as many as the padded width that holds 10
@@ -78,11 +81,12 @@ def generate(
             model (about 40 forwards, `lookahead.decode.calibrate.measure_draft_cost`, which also returns a curve to
             pass here). 0 always drafts `num_draft_tokens` when there is a match.
         draft: "chain" (one continuation) or "tree" (several continuations verified together in one forward with a
-            tree attention mask; needs lookup="suffix" and a decoder-only model; greedy or sampling).
+            tree attention mask; needs lookup="suffix", "recycle" or "suffix+recycle" and a decoder-only model;
+            greedy or sampling).
         max_draft_nodes: most tree nodes verified per row and step (draft="tree"), at most 1024. Default: 32; on a
             static step as many as the padded width that holds 32 does (63), and at most 63.
         memory: a `lookahead.Memory` that outlives calls: its earlier prompts and outputs are drafted from, and
-            this call's prompts and outputs are added to it.
+            this call's prompts and outputs are added to it (with a recycling lookup, the target's predictions too).
         max_new_tokens: most tokens generated per row. Default: 128, unless `generation_config` or `max_length`
             sets a length.
         eos_token_id: int or list of ints that end a row ([] for none). Default: the generation config's.

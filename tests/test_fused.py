@@ -64,7 +64,9 @@ def left_padded_rows(rows: list) -> tuple:
 
 
 TREES, SUFFIX = dict(lookup="suffix", draft="tree"), dict(lookup="suffix")
-KINDS = {(None, None): "FusedChains", ("suffix", None): "FusedSuffixChains", ("suffix", "tree"): "FusedTrees"}
+MERGED = dict(lookup="suffix+recycle", draft="tree")
+KINDS = {(None, None): "FusedChains", ("suffix", None): "FusedSuffixChains", ("suffix", "tree"): "FusedTrees",
+         ("suffix+recycle", "tree"): "FusedRecycleTrees"}
 
 
 @pytest.mark.parametrize("cache", ["static", "dynamic"])
@@ -72,7 +74,9 @@ KINDS = {(None, None): "FusedChains", ("suffix", None): "FusedSuffixChains", ("s
                                     dict(max_new_tokens=7), dict(draft_cost=(0.8, 0.08), num_draft_tokens=40),
                                     TREES, dict(TREES, max_draft_nodes=5), dict(TREES, draft_cost=0.0),
                                     dict(TREES, max_new_tokens=7), dict(TREES, draft_cost=(0.8, 0.08)),
-                                    SUFFIX, dict(SUFFIX, num_draft_tokens=3), dict(SUFFIX, draft_cost=0.0)])
+                                    SUFFIX, dict(SUFFIX, num_draft_tokens=3), dict(SUFFIX, draft_cost=0.0),
+                                    MERGED, dict(MERGED, max_draft_nodes=5), dict(MERGED, draft_cost=0.0),
+                                    dict(MERGED, draft_cost=(0.8, 0.08))])
 def test_fused_steps_are_the_unfused_steps(stories, monkeypatch, runs, cache, kwargs):
     """A batch of three real-text rows that finish at different steps, chains and trees: greedy's tokens, and the
     unfused loop's forwards, drafts and acceptances."""
@@ -87,7 +91,7 @@ def test_fused_steps_are_the_unfused_steps(stories, monkeypatch, runs, cache, kw
 
 @pytest.mark.parametrize("cache", ["static", "dynamic"])
 @pytest.mark.parametrize("picks", [(25, 33), ()])
-@pytest.mark.parametrize("kind", [{}, SUFFIX, TREES])
+@pytest.mark.parametrize("kind", [{}, SUFFIX, TREES, MERGED])
 def test_an_eos_inside_an_accepted_draft_ends_the_row_there(stories, monkeypatch, cache, picks, kind):
     """eos ids that the story reaches in the middle of copied spans: each row stops at the first one, as
     model.generate does, rows of one batch at different steps; with no eos id at all, every row runs to its limit."""
@@ -104,7 +108,7 @@ def test_an_eos_inside_an_accepted_draft_ends_the_row_there(stories, monkeypatch
 
 
 @pytest.mark.parametrize("cache", ["static", "dynamic"])
-@pytest.mark.parametrize("kind", [{}, SUFFIX, TREES])
+@pytest.mark.parametrize("kind", [{}, SUFFIX, TREES, MERGED])
 @pytest.mark.parametrize("limit", [1, 2])
 def test_the_prefills_token_is_taken_by_the_fused_step(stories, monkeypatch, runs, cache, kind, limit):
     """The fused loop takes each row's first token, the prefill's: a row whose first token is an eos id, or whose
@@ -123,7 +127,7 @@ def test_the_prefills_token_is_taken_by_the_fused_step(stories, monkeypatch, run
 
 
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])
-@pytest.mark.parametrize("kind", [{}, SUFFIX, TREES])
+@pytest.mark.parametrize("kind", [{}, SUFFIX, TREES, MERGED])
 def test_indexes_that_grow_during_the_call(monkeypatch, arch, kind):
     """A document and a prompt just short of an index's first capacity (1,024 tokens): a step finds no room, the
     kernels stop, the indexes grow, and the step goes on as the unfused loop's does."""
@@ -157,10 +161,10 @@ def test_fused_trees_pack_paths_off_the_first_one(stories, monkeypatch, cache):
     assert True in kinds and False in kinds
 
 
-@pytest.mark.parametrize("kind", [{}, SUFFIX, TREES])
+@pytest.mark.parametrize("kind", [{}, SUFFIX, TREES, MERGED])
 def test_documents_and_memory_are_drafted_from(stories, monkeypatch, runs, kind):
-    """Rows whose indexes start from documents and a memory's earlier outputs (copies of its index); each loop gets
-    a memory of its own, since a call adds to it."""
+    """Rows whose indexes start from documents and a memory's earlier outputs (copies of its index; for merged
+    trees its predictions too); each loop gets a memory of its own, since a call adds to it."""
     ids, mask = _story_batch(stories, (0, 30))
 
     kwargs = dict(max_new_tokens=50, attention_mask=mask, documents=[ids[0, -30:].numpy()], **kind)
@@ -180,21 +184,25 @@ def test_documents_and_memory_are_drafted_from(stories, monkeypatch, runs, kind)
 
 @pytest.mark.parametrize("kwargs", [
     dict(do_sample=True, generator=0), dict(SUFFIX, do_sample=True, generator=0),
-    dict(TREES, do_sample=True, generator=0), dict(TREES, repetition_penalty=1.2), dict(lookup="none"), dict(num_draft_tokens=0), dict(repetition_penalty=1.2),
+    dict(TREES, do_sample=True, generator=0), dict(TREES, repetition_penalty=1.2), dict(lookup="none"),
+    dict(num_draft_tokens=0), dict(repetition_penalty=1.2), dict(MERGED, do_sample=True, generator=0),
+    dict(lookup="recycle", draft="tree"), dict(lookup="suffix+recycle"),
     dict(logits_processor=LogitsProcessorList([RepetitionPenaltyLogitsProcessor(1.1)])),
     dict(stopping_criteria=StoppingCriteriaList([lambda ids, scores, **kw: torch.zeros(len(ids), dtype=bool)])),
     dict(return_dict_in_generate=True, output_scores=True)])
 def test_only_plain_greedy_chains_are_fused(stories, runs, kwargs):
-    """Sampling, processors, criteria, recorded scores and rows without an index take the unfused loop."""
+    """Sampling, processors, criteria, recorded scores, rows without an index, recycled trees without a suffix index
+    and recycled chains take the unfused loop."""
     generate(stories, torch.tensor([[1, 403, 407]]), max_new_tokens=8, **kwargs)
     assert not runs
 
 
 def test_plain_calls_are_fused(stories, runs):
     """The default call, a static one, chains and trees from suffix indexes run a fused loop."""
-    for kwargs in (dict(cache_implementation="static"), dict(cache_implementation="dynamic"), SUFFIX, TREES):
+    for kwargs in (dict(cache_implementation="static"), dict(cache_implementation="dynamic"), SUFFIX, TREES, MERGED):
         generate(stories, torch.tensor([[1, 403, 407]]), max_new_tokens=8, **kwargs)
-    assert runs == [("FusedChains", 1), ("FusedChains", 1), ("FusedSuffixChains", 1), ("FusedTrees", 1)]
+    assert runs == [("FusedChains", 1), ("FusedChains", 1), ("FusedSuffixChains", 1), ("FusedTrees", 1),
+                    ("FusedRecycleTrees", 1)]
 
 
 def test_draft_kernel_fills_what_the_step_computes():
@@ -275,16 +283,18 @@ def test_tree_draft_kernel_keeps_what_tree_sizing_keeps():
 def test_the_warm_ups_compile_every_kernel_signature_a_call_uses(stories):
     """Calls of one row and of three (whose drafts are views numba types by another layout), chains and trees,
     static and dynamic, compile no kernel specialisation beyond what the warm-ups compiled: none waits for numba."""
-    from lookahead.decode import _fused_kernels as K, _fused_warmup as W
+    from lookahead.decode import _fused_kernels as K, _fused_recycle as KR, _fused_warmup as W
 
-    W.warm_up_chains(), W.warm_up_suffix_chains(), W.warm_up_trees()
+    W.warm_up_chains(), W.warm_up_suffix_chains(), W.warm_up_trees(), W.warm_up_recycle_trees()
     names = ("draft", "draft_suffix", "draft_trees", "step", "step_suffix", "step_trees")
-    warm = {name: len(getattr(K, name).signatures) for name in names}
+    kernels = {name: getattr(K, name) for name in names} | {name: getattr(KR, name) for name in
+                                                           ("draft_recycle_trees", "step_recycle_trees")}
+    warm = {name: len(kernel.signatures) for name, kernel in kernels.items()}
     ids, mask = _story_batch(stories)
-    for kind in ({}, SUFFIX, TREES):
+    for kind in ({}, SUFFIX, TREES, MERGED):
         for cache in ("static", "dynamic"):
             for rows in (slice(0, 1), slice(0, 3)):
                 out = generate(stories, ids[rows], attention_mask=mask[rows], max_new_tokens=30,
                                cache_implementation=cache, **kind)
                 assert out.shape[0] == rows.stop
-    assert {name: len(getattr(K, name).signatures) for name in names} == warm
+    assert {name: len(kernel.signatures) for name, kernel in kernels.items()} == warm

@@ -67,10 +67,18 @@ def table(rows: list, baseline: str, seconds: bool) -> str:
                 worst = min(cats, key=lambda c: ratios[m].get(c, math.inf))
                 cells.append(f"{ratios[m][worst]:.3f}x ({worst})")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    same = {m: sum(r["same"] for r in rows if r["method"] == m) for m in methods}
-    total = {m: sum(1 for r in rows if r["method"] == m) for m in methods}
-    lines.append("| outputs equal to the reference | " + " | ".join(f"{same[m]}/{total[m]}" for m in methods) + " |")
+    lines.append("| outputs equal to the baseline's | " + " | ".join(_same(rows, m, baseline) for m in methods) + " |")
     return "\n".join(lines)
+
+
+def _same(rows: list, method: str, baseline: str) -> str:
+    """How many of the method's outputs equal the baseline's on the same prompt (where both runs kept their tokens;
+    else the lengths are compared, marked "length")."""
+    reference = {r["prompt"]: r for r in rows if r["method"] == baseline}
+    mine = [r for r in rows if r["method"] == method and r["prompt"] in reference]
+    if all("tokens" in r and "tokens" in reference[r["prompt"]] for r in mine):
+        return f"{sum(r['tokens'] == reference[r['prompt']]['tokens'] for r in mine)}/{len(mine)}"
+    return f"{sum(r['new_tokens'] == reference[r['prompt']]['new_tokens'] for r in mine)}/{len(mine)} (length)"
 
 
 def main(argv=None) -> None:

@@ -201,7 +201,7 @@ def test_done_ids_reads_ids_and_drops_a_partial_line(tmp_path):
 
 @pytest.mark.parametrize("kwargs, message", [
     (dict(engine="spark"), "engine must be one of local, ray, got 'spark'"),
-    (dict(draft="tree"), "draft='tree' needs lookup='suffix', 'recycle' or 'suffix\\+recycle', got lookup='ngram'"),
+    (dict(draft="tree"), "draft='tree' needs lookup='suffix', 'recycle' or 'suffix+recycle', got lookup='ngram'"),
     (dict(batch_size=0), "batch_size must be an int >= 1, got 0"),
     (dict(max_new_tokens=True), "max_new_tokens must be an int >= 1, got True"),
     (dict(top_p=0), "temperature must be > 0 and top_p in (0, 1], got 1.0, 0"),

@@ -101,3 +101,26 @@ def test_processors_and_recorded_scores_with_recycled_drafts(stories_model):
 def test_bad_lookups_are_named(kwargs, message):
     with pytest.raises(ValueError, match=message):
         generate(tiny_model("llama"), torch.tensor([[1, 2, 3]]), **kwargs)
+
+
+def test_encoder_decoders_draft_recycled_chains():
+    """BART and T5 (chains only): recycled drafts, alone and merged, give greedy's tokens."""
+    from test_seq2seq import tiny_bart, tiny_t5
+
+    for make in (tiny_bart, tiny_t5):
+        model = make()
+        ids = torch.randint(3, 90, (2, 20), generator=torch.Generator().manual_seed(0))
+        expected = model.generate(ids, do_sample=False, max_new_tokens=20)
+        for lookup in ("recycle", "suffix+recycle"):
+            assert torch.equal(generate(model, ids, lookup=lookup, max_new_tokens=20, draft_cost=0), expected)
+
+
+def test_top_k_gives_the_distributions_head():
+    """`recycling.top_k`: the k most likely tokens after each column and their softmax probabilities."""
+    from lookahead.decode.recycling import top_k
+
+    logits = torch.randn(2, 3, 50, generator=torch.Generator().manual_seed(0))
+    ids, probs = top_k(logits, 4)
+    want = torch.softmax(logits, -1).topk(4, -1)
+    assert torch.equal(ids, want.indices) and torch.allclose(probs, want.values)
+    assert top_k(logits[..., :3], 4)[0].shape == (2, 3, 3)

@@ -76,7 +76,7 @@ class Memory:
         arr = as_token_array(tokens)
         if arr.size and (arr.min() < 0 or arr.max() > _INT32_MAX):
             raise range_error(arr)
-        arr = np.array(arr[len(arr) - self.max_tokens:], dtype=np.int64)  # a copy: the caller may reuse its buffer
+        arr = np.array(arr[max(len(arr) - self.max_tokens, 0):], dtype=np.int64)  # a copy: the caller may reuse it
         if arr.size == 0 or self.max_tokens == 0:
             return
         self._items.append(arr)

@@ -26,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
+from lookahead.bench.arguments import positive_int
+
 REPO = Path(__file__).resolve().parents[1]
 VARIANTS = {"nrt-off": "kernel = functools.partial(njit, cache=True, _nrt=False)",
             "nrt-on": "kernel = functools.partial(njit, cache=True)"}
@@ -85,8 +87,9 @@ def measure_fused(context: np.ndarray, stream: np.ndarray, steps: int) -> list:
              "probs": np.zeros((1, nodes_budget)), "sizes": np.zeros(1, np.int64), "matches": np.zeros(1, np.int64),
              "depths": np.zeros(1, np.int64)} for _ in range(2)]
     lens, out, last = np.zeros(1, np.int64), np.zeros((1, max_new), np.int64), np.zeros(1, np.int64)
-    counts, bonus, done, totals = np.zeros(1, np.int64), np.zeros(1, np.int64), np.zeros(1, np.bool_), np.zeros(2, np.int64)
-    paths, cols, nodes = np.zeros((1, nodes_budget), np.int64), np.zeros((1, nodes_budget + 1), np.int64), np.zeros(1, np.int64)
+    counts, bonus, nodes = (np.zeros(1, np.int64) for _ in range(3))
+    totals, done = np.zeros(2, np.int64), np.zeros(1, np.bool_)
+    paths, cols = np.zeros((1, nodes_budget), np.int64), np.zeros((1, nodes_budget + 1), np.int64)
     eos = np.zeros(0, np.int64)
     now, later = bufs
     width = FK.draft_trees(automata, scratches, lens, max_new, nodes_budget, sizing_args[0], *pol, *sizing_args[1:],
@@ -134,9 +137,9 @@ def _variant_copy(root: Path, name: str) -> Path:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=7, help="runs of each variant, alternated")
-    parser.add_argument("--steps", type=int, default=2000, help="timed steps per run and context size")
-    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 32000], help="context sizes (tokens)")
+    parser.add_argument("--runs", type=positive_int, default=7, help="runs of each variant, alternated")
+    parser.add_argument("--steps", type=positive_int, default=2000, help="timed steps per run and context size")
+    parser.add_argument("--sizes", type=positive_int, nargs="+", default=[1000, 32000], help="context sizes (tokens)")
     parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child is not None:

@@ -241,9 +241,10 @@ def accept_trees(targets, tokens, parents, sizes, probs, matches, depths, automa
                  cal_edges, cal_accepted, cal_seen, eos, max_new, lens, out, last, counts, bonus, paths, cols, done,
                  totals):
     """A verified tree step of r rows (targets [r, N+1], sizes <= N): the longest agreeing path of each row (paths
-    [r, >= N], counts, bonus; cols [r, >= N+1] its columns, root first), the calibration and the chain floor taught, each row's gained
-    tokens cut where plain decoding stops and added to its index (lens, last, done as `accept`). Returns the rows done
-    and, second, whether every row accepted its first nodes in order; -1 (nothing changed) when an index must grow."""
+    [r, >= N], counts, bonus; cols [r, >= N+1] its columns, root first), the calibration and the chain floor taught,
+    each row's gained tokens cut where plain decoding stops and added to its index (lens, last, done as `accept`).
+    Returns the rows done and, second, whether every row accepted its first nodes in order; -1 (nothing changed)
+    when an index must grow."""
     r, n = tokens.shape
     if not suffix_room(automata, n + 1):
         return -1, False

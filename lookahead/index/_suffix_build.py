@@ -65,7 +65,7 @@ REJOIN_CHECK = 32  # tokens of the match compared when looking for where the tex
 RECENT_ODDS = 5.0 / 3.0
 PRIOR_WEIGHT = 4.0  # pseudo-observations behind the prior hit rate m / (m + 2) of a length-m match
 _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
-FULL = -2  # suffix_extend's answer when the arrays cannot take the tokens: grow them (`SuffixIndex._reserve`), call again
+FULL = -2  # suffix_extend's answer when the arrays cannot take the tokens: grow them (`SuffixIndex._reserve`), retry
 
 # `_nrt` is numba's own (underscored) option. Median µs with reference counting off / on (benchmarks/suffix_nrt.py:
 # 7 alternated runs of each, 2,000 steps on 1k and 32k tokens of real text, numba 0.68, a 2-core machine at load

@@ -1,4 +1,5 @@
-"""The generate fuzz (`fuzz_generate.py`) under numba's bounds checks, in a process of its own."""
+"""The generate fuzz (`fuzz_generate.py`) and the kernels at their buffers' edges (`test_kernel_edges.py`) under
+numba's bounds checks, in a process of its own."""
 import os
 import subprocess
 import sys
@@ -7,10 +8,11 @@ from pathlib import Path
 
 def test_the_generate_fuzz_passes_under_numba_bounds_checks(tmp_path):
     """Every kernel compiled afresh with bounds checks (a fresh cache: one compiled without them would hide an
-    out-of-bounds write), then a few hundred random `generate` calls: none writes outside its arrays, every greedy
-    one equals `model.generate`."""
+    out-of-bounds write), then the kernels at their buffers' edges and a few hundred random `generate` calls: none
+    writes outside its arrays, every greedy call equals `model.generate`."""
     here = Path(__file__).resolve().parent
     env = dict(os.environ, NUMBA_BOUNDSCHECK="1", NUMBA_CACHE_DIR=str(tmp_path / "numba"))
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
-                          str(here / "fuzz_generate.py")], cwd=here.parent, env=env, capture_output=True, text=True)
+    files = [str(here / "test_kernel_edges.py"), str(here / "fuzz_generate.py")]
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *files],
+                         cwd=here.parent, env=env, capture_output=True, text=True)
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-3000:]

@@ -17,7 +17,7 @@ from numba import njit
 @njit(cache=True)
 def prompt_lookup_kernel(context, min_n, max_n, max_tokens, out):
     """Longest suffix n-gram (``min_n <= n <= max_n``) seen before, earliest occurrence; write the tokens after it
-    into ``out`` and return their count (0 when no suffix of length ``min_n`` recurs).
+    into ``out`` and return their count (0 when no suffix of length ``min_n`` recurs; at most ``out``'s length).
 
     Like HF's and vLLM's searches it scans the whole context every call: O(L) a step, their cost.
     """
@@ -31,7 +31,7 @@ def prompt_lookup_kernel(context, min_n, max_n, max_tokens, out):
             best_len, best_end = length, end
     if best_len < min_n or best_len == 0:
         return 0
-    count = min(max_tokens, total - 1 - best_end)
+    count = min(max_tokens, total - 1 - best_end, out.shape[0])
     for i in range(count):
         out[i] = context[best_end + 1 + i]
     return count

@@ -8,6 +8,16 @@ plain decoding stops (`Stopper.keep` without criteria) and the index's extension
 Trees: `draft_trees` and `accept_trees` do the same for `TreeSizing` over `SuffixIndex`es (best-first trees cut to
 the size that pays, the calibration and the chain floor learned from the accepted paths). Each row's index is passed
 as its arrays (typed lists, or tuples for one row), which the kernels change in place.
+
+What keeps the writes inside the arrays (the caller, `fused._Fused`, allocates them per `run_rows` call):
+- the draft buffers, tokens (parents, probs) [r, max(budget, 1)]: a draft writes at most its buffer's width (the
+  kernels cut what they ask an index for to it), so the budget never has to agree with the policy's tables;
+- sizes <= the width the draft kernels return, which the next step passes back (`width`), so the step's views
+  drafts[:, :width] hold every row's draft; paths [r, >= width] and cols [r, >= width + 1] hold an accepted path;
+- out [r, max_new]: a row gains at most max_new - lens[k] tokens (`_gain`);
+- the indexes: `accept*` first ask every row's index whether it takes width + 1 more tokens (`has_room`,
+  `suffix_room`, the indexes' own `fits`) and change nothing when one does not (-1: the caller grows it and calls
+  again); the index kernels check it again themselves.
 """
 import numpy as np
 from numba import njit, typed
@@ -18,15 +28,16 @@ from ..index._suffix_draft import Scratch, suffix_chain, suffix_tree
 from ..verify._kernels import greedy_tree
 from ._policy_kernels import choose, record, tree_record, tree_size
 
-PTR, RUN, N, USED = NK.PTR, NK.RUN, NK.N, NK.USED
+PTR, RUN = NK.PTR, NK.RUN
 
 
 @njit(cache=True)
 def draft(hists, states, lens, max_new, max_tokens, pads, edges, accepted, rejected, version, costs, table, seen,
           drafts, sizes, matches, budgets):
-    """Each row's next chain draft into drafts [r, >= max_tokens] (zero past its size), sizes [r] and the match
-    behind it, matches [r]; returns the widest draft. `lens` [r]: tokens each row has generated, of max_new;
-    pads [max_tokens + 1]: the draft columns a step verifying n computes anyway (the target's `padded(n)`)."""
+    """Each row's next chain draft into drafts [r, >= max_tokens] (zero past its size; a row writes at most drafts'
+    width, `ngram_propose`), sizes [r] and the match behind it, matches [r]; returns the widest draft. `lens` [r]:
+    tokens each row has generated, of max_new; pads [max_tokens + 1]: the draft columns a step verifying n computes
+    anyway (the target's `padded(n)`)."""
     for k in range(len(states)):
         matches[k] = states[k][RUN] if states[k][PTR] >= 0 else 0
     upto = _budgets(matches, lens, max_new, max_tokens, pads, edges, accepted, rejected, version, costs, table, seen,
@@ -40,13 +51,14 @@ def draft(hists, states, lens, max_new, max_tokens, pads, edges, accepted, rejec
 @njit(cache=True)
 def draft_suffix(automata, scratches, lens, max_new, max_tokens, pads, edges, accepted, rejected, version, costs,
                  table, seen, drafts, sizes, matches, budgets):
-    """`draft` from `SuffixIndex`es (their greedy paths, `SuffixIndex.propose`)."""
+    """`draft` from `SuffixIndex`es (their greedy paths, `SuffixIndex.propose`); a row asks for at most drafts'
+    width (`suffix_chain` writes at most its scratch's chain)."""
     for k in range(len(automata)):
         matches[k] = _suffix_match(automata[k])
     upto = _budgets(matches, lens, max_new, max_tokens, pads, edges, accepted, rejected, version, costs, table, seen,
                     budgets)
     for k in range(len(automata)):
-        ask = _ask(k, upto, matches, budgets, lens, max_new)
+        ask = min(_ask(k, upto, matches, budgets, lens, max_new), drafts.shape[1])
         sizes[k] = suffix_chain(automata[k], scratches[k], ask) if ask > 0 else -1
         chain = Scratch(*scratches[k]).chain
         for j in range(sizes[k]):
@@ -101,21 +113,18 @@ def _suffix_match(arrays):
 
 @njit(cache=True)
 def has_room(hists, tables, states, extra, max_ngram):
-    """Whether every index takes `extra` more tokens without growing (the rule of `NgramIndex._reserve`)."""
+    """Whether every index takes `extra` more tokens without growing (`NgramIndex`'s own rule, `fits`)."""
     for k in range(len(hists)):
-        if states[k][N] + extra > hists[k].shape[0]:
-            return False
-        if 2 * (states[k][USED] + (extra + 1) * max_ngram) > tables[k].shape[0]:
+        if not NK.fits(hists[k], tables[k], states[k], extra, max_ngram):
             return False
     return True
 
 
 @njit(cache=True)
 def suffix_room(automata, extra):
-    """Whether every suffix index takes `extra` more tokens without growing (`SuffixIndex._reserve`)."""
+    """Whether every suffix index takes `extra` more tokens without growing (`SuffixIndex`'s own rule, `fits`)."""
     for k in range(len(automata)):
-        sam = SB.Automaton(*automata[k])
-        if sam.meta[SB.N] + extra > sam.hist.shape[0]:
+        if not SB.fits(SB.Automaton(*automata[k]), extra):
             return False
     return True
 
@@ -123,7 +132,8 @@ def suffix_room(automata, extra):
 @njit(cache=True)
 def accept(targets, drafts, sizes, matches, hists, tables, states, max_ngram, min_ngram, edges, accepted, rejected,
            version, eos, max_new, lens, out, last, counts, bonus, done, totals):
-    """A verified step of r rows: targets [r, N+1] the target's argmax after the root and each draft column.
+    """A verified step of r rows: targets [r, N+1] the target's argmax after the root and each draft column of
+    drafts [r, N] (sizes <= N).
 
     Writes counts, bonus (the `Verdict`), each row's gained tokens into out[k, lens[k]:] (lens, last moved on),
     done [r]; adds the drafted and accepted tokens to totals [2]. Returns the rows done, or -1 (nothing changed)
@@ -174,7 +184,8 @@ def _accept_chains(targets, drafts, sizes, matches, edges, accepted, rejected, v
 @njit(cache=True)
 def _gain(k, tokens, path, count, bonus, eos, max_new, lens, out, last, done):
     """Row k's gained tokens: tokens[path[:count]] then bonus, cut where plain decoding stops (an eos id, max_new
-    tokens), written at out[k, lens[k]:]; lens, last and done of the row are moved on. Returns where they start."""
+    tokens), written at out[k, lens[k]:] (out [r, >= max_new]: at most max_new - lens[k] of them); lens, last and
+    done of the row are moved on. Returns where they start."""
     start, keep = lens[k], min(count + 1, max_new - lens[k])
     stop = False
     for j in range(keep):
@@ -197,20 +208,21 @@ def draft_trees(automata, scratches, lens, max_new, max_nodes, pads, edges, acce
                 seen, cal_edges, cal_accepted, cal_seen, prior, step_costs, tokens, parents, probs, sizes, matches,
                 depths, nodes):
     """Each row's best-first tree, cut to the size that pays and never below the chain floor (`TreeSizing.draft`),
-    packed into tokens, parents [r, >= max_nodes] (padding: 0, children of the root) and probs, with sizes [r], the
-    match behind it and the floor's depth (depths [r]); nodes [r] is scratch. Returns the widest tree."""
+    packed into tokens, parents [r, >= max_nodes] (padding: 0, children of the root; a row writes at most their
+    width) and probs, with sizes [r], the match behind it and the floor's depth (depths [r]); nodes [r] is scratch.
+    pads [max_nodes + 1], step_costs [max_nodes + 1]. Returns the widest tree."""
     r = len(automata)
     for k in range(r):
         matches[k] = _suffix_match(automata[k])
     choose(matches, edges, accepted, rejected, version, costs, table, seen, depths)
-    top = 0
+    top, most = 0, min(max_nodes, tokens.shape[1])
     for k in range(r):
-        nodes[k] = suffix_tree(automata[k], scratches[k], max(min(max_nodes, max_new - 1 - lens[k]), 0))
+        nodes[k] = suffix_tree(automata[k], scratches[k], max(min(most, max_new - 1 - lens[k]), 0))
         buf = Scratch(*scratches[k])
         sizes[k] = tree_size(buf.probs[:nodes[k]], buf.tree[1, :nodes[k]], depths[k], cal_edges, cal_accepted,
                              cal_seen, prior, step_costs)
         top = max(top, sizes[k])
-    fill = min(pads[top], max_nodes)  # the nodes the step's forward verifies anyway
+    fill = min(pads[top], most)  # the nodes the step's forward verifies anyway
     widest = 0
     for k in range(r):
         sizes[k] = min(nodes[k], max(sizes[k], fill))
@@ -228,10 +240,11 @@ def draft_trees(automata, scratches, lens, max_new, max_nodes, pads, edges, acce
 def accept_trees(targets, tokens, parents, sizes, probs, matches, depths, automata, edges, accepted, rejected, version,
                  cal_edges, cal_accepted, cal_seen, eos, max_new, lens, out, last, counts, bonus, paths, cols, done,
                  totals):
-    """A verified tree step of r rows (targets [r, N+1]): the longest agreeing path of each row (paths [r, N], counts,
-    bonus; cols [r, >= N+1] its columns, root first), the calibration and the chain floor taught, each row's gained
-    tokens cut where plain decoding stops and added to its index (lens, last, done as `accept`). Returns the rows done
-    and, second, whether every row accepted its first nodes in order; -1 (nothing changed) when an index must grow."""
+    """A verified tree step of r rows (targets [r, N+1], sizes <= N): the longest agreeing path of each row (paths
+    [r, >= N], counts, bonus; cols [r, >= N+1] its columns, root first), the calibration and the chain floor taught,
+    each row's gained tokens cut where plain decoding stops and added to its index (lens, last, done as `accept`).
+    Returns the rows done and, second, whether every row accepted its first nodes in order; -1 (nothing changed)
+    when an index must grow."""
     r, n = tokens.shape
     if not suffix_room(automata, n + 1):
         return -1, False

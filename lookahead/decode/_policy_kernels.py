@@ -4,13 +4,17 @@
 They replace a dozen numpy calls per step (bucketing, bincounts, a [buckets, K+1] table refresh) whose fixed cost
 was a sixth of a batch-1 step's host time. Each bucket's best length is cached in a table per batch size and
 recomputed only when a step taught its bucket something (`version` moved past the table's `seen`).
+
+Every per-bucket array (accepted, rejected, version, table, seen; the calibration's accepted and seen) is as long as
+its edges, and a bucket index is < len(edges) (`bucket`): the policy objects allocate them from the same edges.
 """
 import numpy as np
 from numba import njit
 
 @njit(cache=True)
 def first_path(parents, k, out):
-    """The first child at each depth, at most k deep, into out; returns its length."""
+    """The first child at each depth, at most k deep, into out [>= min(k, n)]; returns its length (the path's nodes
+    are distinct and increasing, so at most n = parents' length)."""
     node, m = -1, 0
     while m < k:
         nxt = -1
@@ -49,7 +53,7 @@ def best_length(q, costs):
 
 @njit(cache=True)
 def choose(matches, edges, accepted, rejected, version, costs, table, seen, out):
-    """out[i] = the draft length of a row whose match is matches[i] (0 when nothing matched).
+    """out[i] = the draft length of a row whose match is matches[i] (0 when nothing matched); out [>= b].
 
     A bucket's table entry is recomputed when its version moved since the table saw it (table, seen [buckets]).
     """
@@ -84,7 +88,7 @@ def tree_size(probs, parents, depth, edges, accepted, seen, prior, costs):
     """How many of a best-first tree's nodes to verify: the n maximizing (1 + c_1 + ... + c_n) / costs[n], c the
     nodes' calibrated probabilities (the bin's acceptance shrunk towards the estimate by `prior` observations, kept
     non-increasing), never fewer than hold the tree's first path `depth` deep (the chain `DraftLength` drafts).
-    probs, parents [n]; costs [>= n+1]."""
+    probs, parents [n]; costs [>= n+1]. Writes only its own first path buffer [n]."""
     path = np.empty(parents.shape[0], dtype=np.int64)
     m = first_path(parents, depth, path)
     floor = path[m - 1] + 1 if m else 0
@@ -105,8 +109,8 @@ def tree_record(parents, sizes, probs, depths, cols, counts, edges, accepted, se
     `accepted` when on the accepted path), the length floors[i] of its first path at most depths[i] deep (the chain
     `DraftLength` would have drafted) and followed[i], how many of that chain's nodes the accepted path took.
 
-    parents, probs [b, N] packed trees of sizes [b]; cols [b, W] the accepted path's columns (root, then node + 1)
-    of counts [b] nodes; on_path [N] scratch."""
+    parents, probs [b, N] packed trees of sizes [b] (<= N); cols [b, W] the accepted path's columns (root, then
+    node + 1) of counts [b] nodes (W > counts); on_path [>= N] scratch; floors, followed [>= b]."""
     chain = np.empty(parents.shape[1], dtype=np.int64)
     for i in range(parents.shape[0]):
         for j in range(sizes[i]):

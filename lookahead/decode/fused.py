@@ -75,7 +75,7 @@ class _Fused:
         r, run, target = len(rows.ids), self.run, self.target
         lists = self._arrays(rows)
         start, lens = np.array([[len(outs[i]) for i in rows.ids]] * 2, dtype=np.int64)  # lens moves on
-        out = np.empty((r, self.max_new), dtype=np.int64)  # written before it is read
+        out = np.empty((r, self.max_new), dtype=np.int64)  # written before it is read; a row's tokens stop at max_new
         s = self._step_buffers(r, lens, out, rows.last)
         now, later = self._drafts(r)  # this step's drafts, the next step's
         finished = 0
@@ -102,7 +102,6 @@ class _Fused:
         run.stats.accepted_tokens += accepted
         for k, rid in enumerate(rows.ids):
             outs[rid].extend(out[k, start[k]:lens[k]].tolist())
-        self._settle(rows.indexes)
         return s["done"].tolist()
 
     def _verify(self, last: np.ndarray, batch: DraftBatch, s: dict) -> np.ndarray:
@@ -134,6 +133,7 @@ class _Fused:
     def _drafts(self, r: int) -> tuple:
         """Two steps' draft buffers for r rows (this step's, the next one's), each tokens [r, budget], sizes [r] and
         the matches behind them [r] (two allocations: each costs more than the kernel's work on a small batch)."""
+        # a draft kernel writes at most a row's width of tokens, whatever the policy asks (`K.draft*`)
         tokens, ints = np.zeros((2, r, max(self.budget, 1)), dtype=np.int64), np.zeros((2, 2, r), dtype=np.int64)
         return tuple({"tokens": tokens[i], "sizes": ints[i, 0], "matches": ints[i, 1]} for i in range(2))
 
@@ -165,9 +165,6 @@ class _Fused:
         """What the kernels take of one row's index: its arrays of the names in `arrays`."""
         return tuple(getattr(index, name) for name in self.arrays)
 
-    def _settle(self, indexes: list) -> None:
-        """Make the indexes' own bookkeeping agree with what the kernels added."""
-
 
 class FusedChains(_Fused):
     """Greedy chains from `NgramIndex`es, fused (`K.draft` first, then `K.step`: `K.accept` and `K.draft`)."""
@@ -196,8 +193,8 @@ class FusedChains(_Fused):
 
 
 class _FusedSuffix(_Fused):
-    """Rows drafted from `SuffixIndex`es: their automata and scratch, which `SuffixIndex.extend` grows by its own
-    bookkeeping."""
+    """Rows drafted from `SuffixIndex`es: their automata (which the kernels extend, and `SuffixIndex.extend` then
+    finds as full as they are: it reads their room off the arrays) and scratch."""
 
     arrays = ("_arrays", "_scratch")
 
@@ -205,10 +202,6 @@ class _FusedSuffix(_Fused):
         super().__init__(target, run, max_new, clock, indexes)
         for ix in indexes:  # proposals of the whole budget fit each index's scratch, which then never changes
             ix._buffers(self.budget)
-
-    def _settle(self, indexes: list) -> None:
-        for ix in indexes:  # `SuffixIndex.extend` grows an index when what it adds passes its room
-            ix._room = ix._sam.hist.shape[0] - len(ix)
 
 
 class FusedSuffixChains(_FusedSuffix):
@@ -236,8 +229,8 @@ class FusedTrees(_FusedSuffix):
     warm_up = staticmethod(functools.cache(W.warm_up_trees))
 
     def _step_buffers(self, r: int, lens: np.ndarray, out: np.ndarray, last: np.ndarray) -> dict:
-        width, sizing = max(self.budget, 1), self.run.sizing
-        cal = sizing.calibration
+        width, sizing = max(self.budget, 1), self.run.sizing  # the draft buffers' width (`_drafts`): a step's trees
+        cal = sizing.calibration  # are at most that wide, so paths [r, width] and cols [r, width + 1] hold a path
         return {**super()._step_buffers(r, lens, out, last), "paths": np.zeros((r, width), dtype=np.int64),
                 "cols": np.zeros((r, width + 1), dtype=np.int64), "nodes": np.zeros(r, dtype=np.int64),
                 "in_place": True, "calibration": (cal.EDGES, cal.accepted, cal.seen, cal.prior),
@@ -332,7 +325,3 @@ class FusedRecycleTrees(FusedTrees):
             s["done"], s["totals"], self.budget, *s["sizing"], s["step_costs"], later["tokens"], later["parents"],
             later["probs"], later["sizes"], later["matches"], later["depths"], s["nodes"])
         return finished
-
-    def _settle(self, indexes: list) -> None:
-        for ix in indexes:
-            ix.suffix._room = ix.suffix._sam.hist.shape[0] - len(ix.suffix)

@@ -5,16 +5,23 @@ Layout shared with `ngram.NgramIndex`:
   table  uint64[T, 2]      open-addressing hash table (T a power of two): (key, end) per slot, key 0 = empty;
                            end is the end (exclusive) of the key's earliest occurrence. Key and value
                            share a cache line, so a probe costs one memory access.
-  state  int64[4]          n, ptr, run, used
+  state  int64[5]          n, ptr, run, used, cursor
     ptr  end of the earlier occurrence being copied (-1: none); the draft is hist[ptr:ptr + k]
     run  how many tokens before ptr agree with the last `run` tokens held
     used number of occupied table slots
     cursor  where the last copy broke off in its source (-1: never); a new match is first looked for just after it
+
+Writes stay inside these arrays by two invariants, both checked by `fits` before `ngram_extend` writes anything (it
+answers FULL, and `NgramIndex._reserve` grows the arrays by the same rule):
+  - hist holds the tokens: n + extra <= capacity;
+  - the table is a power of two at most half full, so that a probe (`_insert`, `_lookup`) always ends at an empty
+    slot: 2 * (used + (extra + 1) * max_ngram) <= T, since each appended token indexes at most max_ngram n-grams.
 """
 import numpy as np
 from numba import njit
 
 N, PTR, RUN, USED, CURSOR = 0, 1, 2, 3, 4
+FULL = -2  # ngram_extend's answer when the arrays cannot take the tokens: grow them (`NgramIndex._reserve`), call again
 WINDOW = 64
 _SEED = np.uint64(0x243F6A8885A308D3)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -38,7 +45,10 @@ def _key(h, k):
 
 @njit(cache=True)
 def _insert(table, key, end):
-    """Map key -> end unless key is present (the earliest occurrence stays). Returns 1 if a new slot was taken."""
+    """Map key -> end unless key is present (the earliest occurrence stays). Returns 1 if a new slot was taken.
+
+    Writes one slot of table [T, 2], T a power of two (the mask keeps the index inside) with an empty slot left (the
+    probe ends there): `fits`."""
     mask = np.int64(table.shape[0] - 1)
     i = np.int64(key & np.uint64(mask))
     while True:
@@ -111,15 +121,26 @@ def _near(hist, n, k, cursor, fallback):
     return fallback
 
 
+@njit(cache=True, inline="always")
+def fits(hist, table, state, extra, max_ngram):
+    """Whether the index takes `extra` more tokens without growing: hist holds them, and the table stays at most half
+    full (each token indexes at most max_ngram n-grams; one token's more is slack). `NgramIndex._reserve` grows by
+    this rule, the fused step's `has_room` asks it of every row before changing any."""
+    return state[N] + extra <= hist.shape[0] and 2 * (state[USED] + (extra + 1) * max_ngram) <= table.shape[0]
+
+
 @njit(cache=True)
 def ngram_extend(new, hist, table, state, max_ngram, min_ngram):
     """Append `new` to hist[:n], keeping the table and the copy pointer current. O(max_ngram) per token.
 
-    Returns the number of tokens appended, or -1 (and appends nothing) if an id is negative or above int32.
+    Returns the number of tokens appended; -1 (and appends nothing) if an id is negative or above int32; FULL (and
+    appends nothing) if the arrays cannot take them (`fits`: the caller grows them and calls again).
     """
     for j in range(new.shape[0]):
         if new[j] < 0 or new[j] > 2147483647:
             return -1
+    if not fits(hist, table, state, new.shape[0], max_ngram):
+        return FULL
     n, ptr, run, used, cursor = state[N], state[PTR], state[RUN], state[USED], state[CURSOR]
     for j in range(new.shape[0]):
         t = new[j]
@@ -144,7 +165,8 @@ def ngram_extend(new, hist, table, state, max_ngram, min_ngram):
 
 @njit(cache=True)
 def ngram_propose(hist, state, max_tokens, out):
-    """Write the continuation of the copy in progress into out; return how many tokens were written.
+    """Write the continuation of the copy in progress into out; return how many tokens were written (at most
+    out.shape[0], whatever max_tokens asks).
 
     The continuation hist[ptr:n] is extended past the end only when the text is periodic (the match covers at
     least one full period n - ptr): then the next tokens repeat the period.
@@ -163,7 +185,10 @@ def ngram_propose(hist, state, max_tokens, out):
 
 @njit(cache=True)
 def ngram_rebuild(hist, n, table, max_ngram):
-    """Re-index hist[:n] into a fresh (zeroed) table, as extend would have. Returns slots used."""
+    """Re-index hist[:n] into a fresh (zeroed) table, as extend would have. Returns slots used.
+
+    The table must hold them at most half full (`NgramIndex._reserve` sizes it for the slots used so far and the
+    tokens to come: `fits`)."""
     used = 0
     for end in range(1, n):
         used += _index_ending_at(hist, end, table, max_ngram)

@@ -29,13 +29,20 @@ Layout shared with `suffix.SuffixIndex` (every array is owned by the caller), th
 Counts and positions are updated along at most MAX_WALK suffix links per token: exact unless the text is
 degenerate (a run of one token longer than MAX_WALK), and every proposal stays a real copy either way.
 
+Writes stay inside these arrays by the automaton's worst case for n tokens (Blumer et al.: at most 2n - 1 states and
+3n - 4 edges for n >= 3), which `fits` checks for the tokens held and those to come before `suffix_extend` writes
+anything (it answers FULL; `SuffixIndex._reserve` grows every array by the same rule): hist holds n tokens, st
+2n + 2 rows, ed 3n + 8 rows (room for n < 3), and the table, a power of two (the mask keeps a probe inside), at least
+twice as many slots as ed has rows, so a probe (`find_edge`, `_hash_put`) always ends at an empty slot. stats and
+top have fixed shapes that every index into them stays inside (`_bucket` < NB * NO, ranks <= GK).
+
 Kernels (`kernel`: numba's njit, cached) take the arrays as one `Automaton` (and a draft's buffers as one
 `_suffix_draft.Scratch`). Two choices keep that free:
 - The entry points take them as plain tuples (`tuple(automaton)`) and name them inside: numba types a plain tuple
   in C, a namedtuple in Python (some 1.5 µs per call, a third of a drafting step).
 - The kernels run without numba's reference counting (`_nrt=False`): they allocate nothing (they write into the
   caller's arrays), and with it every inlined call that takes a container counts a reference to each of its
-  arrays, which made a drafting step 40-50% slower.
+  arrays, which makes a drafting step 2-3.5x slower (measured below `kernel`).
 """
 import functools
 from typing import NamedTuple
@@ -58,9 +65,13 @@ REJOIN_CHECK = 32  # tokens of the match compared when looking for where the tex
 RECENT_ODDS = 5.0 / 3.0
 PRIOR_WEIGHT = 4.0  # pseudo-observations behind the prior hit rate m / (m + 2) of a length-m match
 _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+FULL = -2  # suffix_extend's answer when the arrays cannot take the tokens: grow them (`SuffixIndex._reserve`), retry
 
-# `_nrt` is numba's own (underscored) option; a numba without it gets the same kernels with reference counting on
-# (correct, some 40% slower per step) rather than an import error.
+# `_nrt` is numba's own (underscored) option. Median µs with reference counting off / on (benchmarks/suffix_nrt.py:
+# 7 alternated runs of each, 2,000 steps on 1k and 32k tokens of real text, numba 0.68, a 2-core machine at load
+# 4-7): propose(10) 1.6 / 5.0, propose_tree(32) 4.5 / 15-16, extend(3) 1.8-2.3 / 3.7-4.2, the fused tree step
+# 10-11 / 22-23; no run of one variant overlaps the other's. A numba without the option gets the same kernels with
+# reference counting on (correct, that much slower) rather than an import error.
 kernel = functools.partial(njit, cache=True, **({"_nrt": False} if hasattr(CPUTargetOptions, "_nrt") else {}))
 
 
@@ -99,6 +110,15 @@ def find_edge(sam, state, tok):
 
 
 @kernel(inline="always")
+def fits(sam, extra):
+    """Whether the automaton's arrays take `extra` more tokens without growing (see the module docstring): a few
+    comparisons, so that neither `suffix_extend` nor the fused step (`suffix_room`) depends on a count kept apart."""
+    n = sam.meta[N] + extra
+    return (n <= sam.hist.shape[0] and 2 * n + 2 <= sam.st.shape[0] and 3 * n + 8 <= sam.ed.shape[0]
+            and 2 * sam.ed.shape[0] <= sam.table.shape[0])
+
+
+@kernel(inline="always")
 def _hash_put(ed, table, e):
     mask = table.shape[0] - 1
     i = _slot(ed[e, SRC], ed[e, TOK], mask)
@@ -109,6 +129,7 @@ def _hash_put(ed, table, e):
 
 @kernel(inline="always")
 def _add_edge(sam, src, tok, tgt):
+    """Edge row NE (< 3n + 8 rows: `fits`) from src to tgt on tok, at the head of src's list and in the table."""
     st, ed, meta = sam.st, sam.ed, sam.meta
     e, meta[NE] = meta[NE], meta[NE] + 1
     ed[e, TOK], ed[e, TGT], ed[e, NEXT], ed[e, SRC] = tok, tgt, st[src, HEAD], src
@@ -118,7 +139,8 @@ def _add_edge(sam, src, tok, tgt):
 
 @kernel(inline="always")
 def _new_state(sam, length, like):
-    """A state of the given LEN whose link, counts and positions are copied from `like` (-1: empty)."""
+    """A state of the given LEN whose link, counts and positions are copied from `like` (-1: empty); row NS of st
+    (< 2n + 2 rows: `fits`)."""
     st, meta = sam.st, sam.meta
     s, meta[NS] = meta[NS], meta[NS] + 1
     st[s, :] = -1
@@ -150,8 +172,8 @@ def _split(sam, p, q, t):
 
 @kernel(inline="always")
 def _append(sam, t):
-    """The online SAM extension by one token, then the occurrence update along the new suffix chain. Returns
-    the state of the token alone (-1 if the update stopped short of it)."""
+    """The online SAM extension by one token (written at hist[n], n < capacity: `fits`), then the occurrence update
+    along the new suffix chain. Returns the state of the token alone (-1 if the update stopped short of it)."""
     st, ed, meta = sam.st, sam.ed, sam.meta
     n = meta[N]
     sam.hist[n], meta[N] = t, n + 1
@@ -320,12 +342,15 @@ def suffix_extend(new, arrays):
     """Append `new` to the automaton `arrays` (a plain tuple): for each token, learn from it, then extend the
     automaton and the copy in progress.
 
-    Returns the number of tokens appended, or -1 (and appends nothing) if an id is negative or above int32.
+    Returns the number of tokens appended; -1 (and appends nothing) if an id is negative or above int32; FULL (and
+    appends nothing) if the arrays cannot take them (`fits`: the caller grows them and calls again).
     """
     for j in range(new.shape[0]):
         if new[j] < 0 or new[j] > 2147483647:
             return -1
     sam = Automaton(*arrays)
+    if not fits(sam, new.shape[0]):
+        return FULL
     for j in range(new.shape[0]):
         known = _learn(sam, new[j])
         _learn_guess(sam, new[j], known)
@@ -337,8 +362,8 @@ def suffix_extend(new, arrays):
 
 @kernel
 def suffix_rehash(arrays):
-    """Insert every edge of the automaton `arrays` (a plain tuple) into its table (all -1). Returns the number of
-    edges."""
+    """Insert every edge of the automaton `arrays` (a plain tuple) into its table (all -1, at least twice as many
+    slots as ed has rows: `SuffixIndex._reserve` makes it so). Returns the number of edges."""
     sam = Automaton(*arrays)
     for e in range(sam.meta[NE]):
         _hash_put(sam.ed, sam.table, e)

@@ -13,6 +13,12 @@ occurrences plus small bonuses (`_offer`); `_suffix_reference.rank` states the s
 
 The entry points take the automaton and the scratch as plain tuples, and no kernel counts references (see
 `_suffix_build`).
+
+Writes stay inside the scratch whatever its size, by checks in the kernels (a few comparisons a call): a candidate
+row is pushed only while count < cand's rows (`_offer`, `_guesses`, `_expand`; a full cand cuts the draft short);
+each candidate row enters the heap at most once, so the heap never holds more than cand's rows; and the entry points
+write at most as many tokens or nodes as chain, tree and probs hold, whatever the budget asks.
+`SuffixIndex._buffers` sizes the scratch so that neither limit binds for the budgets it was made for.
 """
 from typing import NamedTuple
 
@@ -42,6 +48,7 @@ class Scratch(NamedTuple):
 
 @kernel(inline="always")
 def _push(buf, count, tok, parent, state, pos, ctx, q):
+    """Write candidate row `count`: every caller first checks count < cand's rows (row 0: cand has one at least)."""
     cand = buf.cand
     cand[count, C_TOK], cand[count, C_PAR], cand[count, C_STATE], cand[count, C_POS] = tok, parent, state, pos
     cand[count, C_CTX], buf.cprob[count] = ctx, q
@@ -193,8 +200,9 @@ def _root(sam, buf):
 @kernel
 def suffix_chain(arrays, scratch, max_tokens):
     """Greedy path: repeatedly take the most probable continuation while its path probability is >= min_prob.
-    Writes the tokens into scratch's chain; returns how many."""
+    Writes the tokens into scratch's chain; returns how many (at most chain's length, whatever max_tokens asks)."""
     sam, buf = Automaton(*arrays), Scratch(*scratch)
+    max_tokens = min(max_tokens, buf.chain.shape[0])
     if max_tokens <= 0 or not _root(sam, buf):
         return 0
     c, end, count = 0, 1, 0
@@ -216,6 +224,8 @@ def _before(cprob, a, b):
 
 @kernel(inline="always")
 def _heap_push(buf, size, c):
+    """Push candidate row c: size < heap's length, since each row enters the heap once (heap and cand have as many
+    rows)."""
     heap, cprob = buf.heap, buf.cprob
     i = size
     heap[i] = c
@@ -247,10 +257,11 @@ def suffix_tree(arrays, scratch, max_nodes):
     child not yet added of each node (siblings are sorted), so it stays O(max_nodes).
 
     Writes node i as tree[:, i] = (token, parent node or -1) and its path probability as probs[i] (non-increasing);
-    returns the number of nodes. Parents precede children, and following each node's first child gives the
-    `suffix_chain` path.
+    returns the number of nodes (at most tree's and probs' length, whatever max_nodes asks). Parents precede
+    children, and following each node's first child gives the `suffix_chain` path.
     """
     sam, buf = Automaton(*arrays), Scratch(*scratch)
+    max_nodes = min(max_nodes, buf.tree.shape[1], buf.probs.shape[0])
     if max_nodes <= 0 or not _root(sam, buf):
         return 0
     end = _root_children(sam, buf)

@@ -86,8 +86,11 @@ class NgramIndex:
         new = as_token_array(tokens)
         if new.shape[0] == 0:
             return
-        self._reserve(new.shape[0])
-        if K.ngram_extend(new, self._hist, self._table, self._state, self.max_ngram, self.min_ngram) < 0:
+        got = K.ngram_extend(new, self._hist, self._table, self._state, self.max_ngram, self.min_ngram)
+        if got == K.FULL:  # the kernel wrote nothing: grow the arrays by its own rule (`K.fits`), then append
+            self._reserve(new.shape[0])
+            got = K.ngram_extend(new, self._hist, self._table, self._state, self.max_ngram, self.min_ngram)
+        if got < 0:
             raise range_error(new)
 
     def propose(self, max_tokens: int) -> np.ndarray:
@@ -122,6 +125,8 @@ class NgramIndex:
         return twin
 
     def _reserve(self, extra: int) -> None:
+        """Grow the arrays to take `extra` more tokens (`K.fits`): hist to n + extra at least, the table to twice the
+        slots they may use."""
         n = len(self)
         if n + extra > self._hist.shape[0]:
             self._hist = grown(self._hist, max(2 * self._hist.shape[0], n + extra), n)

@@ -118,12 +118,16 @@ class SuffixIndex:
             ValueError: not one-dimensional, or an id is negative or above 2**31 - 1 (nothing is appended).
         """
         new = as_token_array(tokens)
-        extra = new.shape[0]
-        if extra > self._room:
-            self._reserve(extra)
-        if extra and K.suffix_extend(new, self._arrays) < 0:
+        if new.shape[0] == 0:
+            return
+        # the kernel checks the room itself (`K.fits`), so that tokens the fused step appended count without a
+        # count of our own to keep in step
+        got = K.suffix_extend(new, self._arrays)
+        if got == K.FULL:  # it wrote nothing: grow by its own rule, then append
+            self._reserve(new.shape[0])
+            got = K.suffix_extend(new, self._arrays)
+        if got < 0:
             raise range_error(new)
-        self._room -= extra
 
     def begin_request(self) -> None:
         """Hold the tokens so far as background (earlier requests, e.g. from a `lookahead.Memory`): a copy that starts
@@ -190,11 +194,12 @@ class SuffixIndex:
                              st=grown(sam.st, sam.st.shape[0], int(meta[K.NS])),
                              ed=grown(sam.ed, sam.ed.shape[0], int(meta[K.NE])), table=sam.table.copy(),
                              meta=meta.copy(), stats=sam.stats.copy(), top=sam.top.copy()))
-        twin._room, twin._buf = self._room, None
+        twin._buf = None
         twin._buffers(self._buf.chain.shape[0])
         return twin
 
     def _allocate(self, capacity: int) -> None:
+        """Empty arrays for `capacity` tokens, sized to the automaton's worst case (`K.fits`)."""
         st = np.empty((2 * capacity + 2, 9), dtype=np.int32)
         st[0, :] = -1
         st[0, K.LEN], st[0, K.CNT], st[0, K.DEG] = 0, 0, 0
@@ -206,14 +211,14 @@ class SuffixIndex:
             table=np.full(_table_size(2 * ed.shape[0]), -1, dtype=np.int32),
             meta=np.array([0, 1, 0, 0, self.max_branch, -1, 0, -1, self.max_guesses, 0], dtype=np.int64),
             stats=stats, top=np.full((K.GK, 3), -1, dtype=np.int64)))
-        self._room = capacity
 
     def _hold(self, sam: Automaton) -> None:
         """Keep the automaton's arrays, by name and as the plain tuple the kernels take (see `_suffix_build`)."""
         self._sam, self._arrays = sam, tuple(sam)
 
     def _reserve(self, extra: int) -> None:
-        """Grow the buffers to the automaton's worst case (2n states, 3n edges) for n + extra tokens."""
+        """Grow the buffers to the automaton's worst case for n + extra tokens (`K.fits`: 2n + 2 states, 3n + 8
+        edges, a table of twice the edge rows), at least doubling them."""
         sam, held = self._sam, len(self)
         if held + extra > sam.hist.shape[0]:
             capacity = max(2 * sam.hist.shape[0], held + extra)
@@ -222,11 +227,11 @@ class SuffixIndex:
                                     st=grown(sam.st, 2 * capacity + 2, int(sam.meta[K.NS])), ed=ed,
                                     table=np.full(_table_size(2 * ed.shape[0]), -1, dtype=np.int32)))
             K.suffix_rehash(self._arrays)
-        self._room = self._sam.hist.shape[0] - held
 
     def _buffers(self, budget: int) -> None:
         """Scratch for proposals of up to `budget` tokens or nodes (each node pushes <= max_branch + 2, a guessing
-        root <= GK)."""
+        root <= GK). The kernels write at most as many tokens or nodes as chain and tree hold, and no candidate row
+        past cand's (a full cand only cuts the draft short): this sizing makes both rare, not safe."""
         if self._buf is None or budget > self._buf.chain.shape[0]:
             rows, size = 1 + 2 * K.GK + (max(budget, 32) + 1) * (self.max_branch + 2), max(budget, 32)
             self._buf = Scratch(cand=np.empty((rows, 6), dtype=np.int32), cprob=np.empty(rows, dtype=np.float64),

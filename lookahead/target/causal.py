@@ -74,8 +74,9 @@ class CausalLM:
             cols = np.empty((len(last), batch.width + 1), dtype=np.int64)
             K.chain_inputs(last, batch.tokens, batch.sizes, self.pos, steps, cols, 0)
             return steps[0], steps[1], self._masked(cols)
-        end = self._room(batch.width + 1)
-        K.chain_inputs(last, batch.tokens, batch.sizes, self.pos, steps, self._slots.numpy(), self.width)
+        end = self._room(batch.width + 1)  # the kernel writes the step's N + 1 columns of the mask
+        written = K.chain_inputs(last, batch.tokens, batch.sizes, self.pos, steps, self._slots.numpy(), self.width)
+        assert written >= 0, "the slot mask is narrower than the step"
         return steps[0], steps[1], self._slots[:, :end]
 
     def _tree_inputs(self, last: np.ndarray, batch) -> tuple:
@@ -144,8 +145,10 @@ class CausalLM:
     def _kept(self, width: int, counts: np.ndarray) -> int:
         """Mask the step's first `width` slots (0: the most any row kept) to each row's root and counts [b] accepted
         nodes; move the positions on. Returns the width. The slot mask holds them (`commit` grew it)."""
-        if self.on_host:  # one kernel, the mask in place
-            return K.commit_slots(self._slots.numpy(), self.width, width, counts, self.pos)
+        if self.on_host:  # one kernel, the mask in place; it writes nothing (-1) where the mask is too narrow
+            width = K.commit_slots(self._slots.numpy(), self.width, width, counts, self.pos)
+            assert width >= 0, "the slot mask is narrower than the step's commit"
+            return width
         width = width or int(counts.max()) + 1
         self._masked(np.arange(width)[None, :] <= counts[:, None])
         self.pos += counts + 1

@@ -222,9 +222,10 @@ class StaticCausalLM:
     def _launch(self, last: np.ndarray, batch, stats) -> tuple:
         """Fill the step's inputs and run it: ((logits [b, width, V], argmax [b, width] or None), whether they are
         a replayed graph's outputs)."""
-        width = self._fits[batch.width + 1]
-        K.static_inputs(self._host(width), self.active, np.asarray(last, dtype=np.int64), batch.tokens, batch.parents,
-                        self.pos, self.write, width, _BIT)
+        width = self._fits[batch.width + 1]  # >= the step's N + 1 columns (an IndexError past the widest width)
+        written = K.static_inputs(self._host(width), self.active, np.asarray(last, dtype=np.int64), batch.tokens,
+                                  batch.parents, self.pos, self.write, width, _BIT)
+        assert written >= 0, "the static step's input buffer is narrower than the step"
         out = self._run(width)
         stats.add_forward(len(self.active))
         return out, out is self.state.outputs.get(width)
@@ -244,7 +245,7 @@ class StaticCausalLM:
         rows = self.active
         if not verdict.in_place:
             cols = verdict.columns()  # [r, W] root then accepted nodes
-            moves = self._moves(cols.shape[1])
+            moves = self._moves(cols.shape[1])  # [2, b, W]: what the kernel writes
             K.pack_moves(self.write, rows, cols, moves.numpy())  # one call: the numpy operations cost more
             moves = moves.to(self.device, non_blocking=True)  # a CPU's: the buffer itself
             self.state.cache.move(moves[0], moves[1])

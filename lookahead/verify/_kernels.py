@@ -1,7 +1,9 @@
 """Numba kernels of the acceptance step: tree ancestry, greedy acceptance of chains and trees.
 
 Module-level @njit functions over int arrays; each writes into buffers the caller owns and returns a count or
-nothing. They replace per-row, per-depth Python loops whose cost grew with the batch and the tree.
+nothing. They replace per-row, per-depth Python loops whose cost grew with the batch and the tree. Their outputs are
+allocated by their callers from the inputs' own shapes (`tree.ancestry`, `tree.greedy_tree_accept`,
+`greedy.greedy_accept_with_bonus`, the fused step's buffers), which is what keeps the writes inside them.
 """
 import numpy as np
 from numba import njit
@@ -11,7 +13,8 @@ from numba import njit
 def ancestry(parents, seen, depth):
     """seen[i, c, c'] = column c' is column c or one of its ancestors; depth[i, c] = edges from the root.
 
-    parents [b, n] (-1: child of the root, column 0); seen [b, n+1, n+1] bool and depth [b, n+1] int64, zeroed.
+    parents [b, n] (-1: child of the root, column 0; parents before children); seen [b, n+1, n+1] bool and depth
+    [b, n+1] int64, zeroed: every write is at a column <= n.
     """
     b, n = parents.shape
     for i in range(b):
@@ -28,7 +31,7 @@ def ancestry(parents, seen, depth):
 def greedy_chain(drafts, lens, targets, counts, bonus):
     """Per row, the longest draft prefix equal to the target's argmax (counts) and the argmax after it (bonus).
 
-    drafts [b, d], lens [b], targets [b, d+1]; counts and bonus [b] are written.
+    drafts [b, d], lens [b] (<= d), targets [b, d+1]; counts and bonus [>= b] are written.
     """
     for i in range(drafts.shape[0]):
         a = 0
@@ -42,16 +45,17 @@ def greedy_chain(drafts, lens, targets, counts, bonus):
 def greedy_tree(tokens, parents, sizes, targets, paths, counts, bonus):
     """Per row, the longest root path whose every node equals the target's argmax at its parent.
 
-    tokens, parents [b, n], sizes [b], targets [b, n+1]; writes the path's node indices into paths [b, n], its
-    length into counts [b] and the argmax after its last node into bonus [b]. Among siblings the first match wins.
+    tokens, parents [b, n], sizes [b], targets [b, n+1]; writes the path's node indices into paths [b, >= n] (the
+    path's nodes are distinct columns < n, whatever sizes says), its length into counts [b] and the argmax after its
+    last node into bonus [b]. Among siblings the first match wins.
     """
     for i in range(tokens.shape[0]):
-        col, a = 0, 0
+        col, a, size = 0, 0, min(sizes[i], tokens.shape[1])
         found = True
         while found:
             found = False
             want = targets[i, col]
-            for j in range(col, sizes[i]):  # children come after their parent: start the scan at it
+            for j in range(col, size):  # children come after their parent: start the scan at it
                 if parents[i, j] == col - 1 and tokens[i, j] == want:
                     paths[i, a] = j
                     a += 1

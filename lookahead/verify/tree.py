@@ -39,7 +39,7 @@ def pack_trees(trees: list) -> tuple:
 def ancestry(parents: np.ndarray) -> tuple:
     """Ancestor-or-self matrix over columns [b, N+1, N+1] (bool) and the depth of each column [b, N+1]."""
     b, n = parents.shape
-    seen = np.zeros((b, n + 1, n + 1), dtype=bool)
+    seen = np.zeros((b, n + 1, n + 1), dtype=bool)  # the kernel writes columns 0..n: the root and n nodes
     depth = np.zeros((b, n + 1), dtype=np.int64)
     K.ancestry(np.ascontiguousarray(parents, dtype=np.int64), seen, depth)
     return seen, depth
@@ -65,7 +65,7 @@ def greedy_tree_accept(tokens: np.ndarray, parents: np.ndarray, sizes: np.ndarra
     Returns:
         (paths, bonus): per row the accepted node indices root to leaf, and the target's own next token.
     """
-    b, n = tokens.shape
+    b, n = tokens.shape  # a path holds at most n nodes: paths [b, n]
     paths, counts, bonus = np.empty((b, n), dtype=np.int64), np.empty(b, dtype=np.int64), np.empty(b, dtype=np.int64)
     K.greedy_tree(tokens, parents, sizes, targets, paths, counts, bonus)
     return [row[:a] for row, a in zip(paths[:, : counts.max(initial=0)].tolist(), counts.tolist())], bonus

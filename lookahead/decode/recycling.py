@@ -18,10 +18,7 @@ def top_k(logits: torch.Tensor, k: int) -> tuple:
     probs = (values.float() - logits.float().logsumexp(-1, keepdim=True)).exp()
     if logits.device.type == "cpu":
         return ids, probs
-    out = tuple(torch.empty(t.shape, dtype=t.dtype, pin_memory=True) for t in (ids, probs))
-    for host, t in zip(out, (ids, probs)):
-        host.copy_(t, non_blocking=True)
-    return out
+    return ids.to("cpu", non_blocking=True), probs.to("cpu", non_blocking=True)  # into pinned memory
 
 
 class Recycling:

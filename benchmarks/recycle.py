@@ -99,12 +99,28 @@ def run(model, method: str, ids: torch.Tensor, args, memory: Memory) -> tuple:
     return new.tolist(), forwards, seconds
 
 
+def _cost(text: str):
+    """--draft-cost: a number, or seven costs at k = 0, 1, 2, 4, 8, 16, 32 (a `CostCurve` interpolated between)."""
+    import numpy as np
+
+    from lookahead.decode.policy import CostCurve
+
+    values = [float(v) for v in text.split(",")]
+    if len(values) == 1:
+        return values[0]
+    if len(values) != 7:
+        raise argparse.ArgumentTypeError(f"expected a number or 7 comma-separated costs, got {text!r}")
+    return CostCurve(np.interp(np.arange(33), [0, 1, 2, 4, 8, 16, 32], values))
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--methods", default="suffix-tree,merged-tree")
     p.add_argument("--nodes", type=positive_int, default=None, help="max_draft_nodes / num_draft_tokens (default: "
                    "lookahead's)")
-    p.add_argument("--draft-cost", type=float, default=None, help="lookahead's draft_cost (default: lookahead's)")
+    p.add_argument("--draft-cost", type=_cost, default=None, help="lookahead's draft_cost: a number, or costs of "
+                   "verifying k = 0, 1, 2, 4, 8, 16, 32 drafts in one-token forwards, comma-separated (a CostCurve, "
+                   "interpolated); default: lookahead's")
     p.add_argument("--max-new", type=positive_int, default=128)
     p.add_argument("--warm", type=non_negative_int, default=4, help="warm-up prompts per Spec-Bench category")
     p.add_argument("--first", type=non_negative_int, default=0, help="skip the first prompts (resume)")
@@ -130,7 +146,7 @@ def main(argv=None) -> None:
             reference = results[methods[0]][0]
             for m in methods:
                 new, forwards, seconds = results[m]
-                row = dict(prompt=i, category=category, method=m, nodes=args.nodes, draft_cost=args.draft_cost,
+                row = dict(prompt=i, category=category, method=m, nodes=args.nodes, draft_cost=repr(args.draft_cost),
                            prompt_tokens=ids.shape[1], new_tokens=len(new), forwards=forwards, seconds=seconds,
                            same=new == reference, load=os.getloadavg()[0], tokens=new)
                 out.write(json.dumps(row) + "\n")

@@ -234,7 +234,8 @@ class RecycleIndex:
         if budget <= self._budget:
             return
         budget = max(budget, 32)
-        k, rows = self.recycled.k, (max(budget, 32) + 1) * self.recycled.k
+        k = self.recycled.k
+        rows = (budget + 1) * k  # candidate rows: each node is expanded once, into at most k candidates
         self._work = (np.zeros((6, budget + 1), dtype=np.int64), np.zeros((3, budget + 1)),
                       np.zeros((rows, 2), dtype=np.int64), np.zeros((rows, 2)), np.zeros(rows, dtype=np.int64),
                       np.zeros(k, dtype=np.int64), np.zeros(k))

@@ -124,6 +124,7 @@ def main(argv=None) -> None:
     p.add_argument("--max-new", type=positive_int, default=128)
     p.add_argument("--warm", type=non_negative_int, default=4, help="warm-up prompts per Spec-Bench category")
     p.add_argument("--first", type=non_negative_int, default=0, help="skip the first prompts (resume)")
+    p.add_argument("--only", default=None, help="comma-separated workloads to run (default: all)")
     p.add_argument("--threads", type=positive_int, default=1)
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)
@@ -138,7 +139,7 @@ def main(argv=None) -> None:
     print(f"warm-up: {time.perf_counter() - start:.0f} s", flush=True)
     with torch.inference_mode(), open(args.out, "a") as out:
         for i, (category, text) in enumerate(prompts()):
-            if i < args.first:
+            if i < args.first or (args.only and category not in args.only.split(",")):
                 continue
             ids = encode(tokenizer, text)
             order = methods[i % len(methods):] + methods[:i % len(methods)]

@@ -13,8 +13,10 @@ def _pyplot():
     return plt
 
 
-def tokens_per_forward(values: dict, methods: list, datasets: list, path: str, title: str = "") -> None:
-    """Grouped bars: tokens per target forward, ``values[(method, dataset)]``, one group per dataset."""
+def tokens_per_forward(values: dict, methods: list, datasets: list, path: str, title: str = "",
+                       ylabel: str = "tokens per target forward") -> None:
+    """Grouped bars: tokens per target forward (or what `ylabel` names), ``values[(method, dataset)]``, one group per
+    dataset."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(3 + 1.8 * len(datasets), 4.6))
     width = 0.8 / len(methods)
@@ -27,7 +29,7 @@ def tokens_per_forward(values: dict, methods: list, datasets: list, path: str, t
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(datasets))], datasets, fontsize=8)
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.margins(y=0.15)
-    ax.set_ylabel("tokens per target forward")
+    ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=9)
     _legend_below(ax)
     _save(fig, path)

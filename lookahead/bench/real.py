@@ -78,6 +78,7 @@ class Bench:
         repeats: timed calls of each method on each prompt (>= 1).
         max_new: most new tokens per prompt.
         free: lookahead methods whose tokens per forward under ``draft_cost=0`` are counted.
+        draft_cost: lookahead's ``draft_cost`` in the timed calls (None: its default).
     """
 
     model: object
@@ -86,6 +87,7 @@ class Bench:
     repeats: int = 3
     max_new: int = 128
     free: tuple = LOOKAHEAD
+    draft_cost: object = None
     _calls: list = field(default_factory=lambda: [0])
 
     def __post_init__(self):
@@ -104,7 +106,7 @@ class Bench:
         ids, mask = _inputs(prompt.input_ids)
         with torch.inference_mode():
             for method in self._methods.values():
-                generate_with(method, self.model, ids, mask, 8, self.eos)
+                generate_with(method, self.model, ids, mask, 8, self.eos, draft_cost=self.draft_cost)
             greedy = self._call(self._methods[GREEDY], ids, mask, 8)[0]
             self._free_forwards(prompt.input_ids, greedy)
 
@@ -150,7 +152,7 @@ class Bench:
         hook = self.model.register_forward_pre_hook(lambda *_: self._calls.__setitem__(0, self._calls[0] + 1))
         try:
             start = time.perf_counter()
-            out, _ = generate_with(method, self.model, ids, mask, new, self.eos)
+            out, _ = generate_with(method, self.model, ids, mask, new, self.eos, draft_cost=self.draft_cost)
             seconds = time.perf_counter() - start
         finally:
             hook.remove()

@@ -39,6 +39,9 @@ def add_parser(kinds) -> None:
                    help="timed calls of each method per prompt, in turns; the median counts (default 3)")
     p.add_argument("--methods", nargs="+", type=method_name, default=list(METHODS), metavar="METHOD",
                    help=f"methods that generate, greedy among them (default {' '.join(METHODS)})")
+    p.add_argument("--draft-cost", type=draft_cost, default=None, metavar="COST",
+                   help="lookahead's draft_cost: auto (measured once), a number or OVERHEAD,PER_TOKEN (default: "
+                        "lookahead's default)")
     p.add_argument("--threads", default="auto",
                    help="torch threads, or auto: as many as the cores no other process is using now (default)")
     p.add_argument("--dtype", default="fp32", choices=("fp32", "bf16", "fp16"))
@@ -58,7 +61,8 @@ def settings(args) -> dict:
     workloads = args.workloads if args.workloads is not None else quick.get("workloads", list(WORKLOADS))
     return {"model": args.model, "workloads": workloads, "prompts": pick("prompts", 2),
             "max_new": pick("max_new", 128), "max_prompt": pick("max_prompt", 2048), "repeats": pick("repeats", 3),
-            "methods": list(args.methods), "dtype": args.dtype, "device": args.device}
+            "methods": list(args.methods), "dtype": args.dtype, "device": args.device,
+            "draft_cost": args.draft_cost}
 
 
 def run(args) -> int:
@@ -84,6 +88,19 @@ def run(args) -> int:
     rows = _measure(model, tokenizer, prompts, config, done, args)
     _report(rows, config, note, args)
     return 0
+
+
+def draft_cost(text: str):
+    """argparse type: 'auto', a number, or 'overhead,per_token' (a list, as JSON keeps it), as `generate` takes them."""
+    if text == "auto":
+        return text
+    try:
+        numbers = [float(x) for x in text.split(",")]
+    except ValueError:
+        numbers = []
+    if not 1 <= len(numbers) <= 2 or not all(0 <= x < float("inf") for x in numbers):
+        raise argparse.ArgumentTypeError(f"expected auto, a number >= 0 or OVERHEAD,PER_TOKEN, got {text!r}")
+    return numbers[0] if len(numbers) == 1 else numbers
 
 
 def _threads(text: str) -> int:
@@ -157,7 +174,8 @@ def _measure(model, tokenizer, prompts: dict, config: dict, done: dict, args) ->
     from .real_report import from_dicts
 
     eos = _eos(model)
-    bench = Bench(model, eos, tuple(config["methods"]), config["repeats"], config["max_new"])
+    cost = tuple(config["draft_cost"]) if isinstance(config["draft_cost"], list) else config["draft_cost"]
+    bench = Bench(model, eos, tuple(config["methods"]), config["repeats"], config["max_new"], draft_cost=cost)
     todo = {w: items for w, items in prompts.items() if w not in done}
     if done:
         print(f"{args.output}: {len(done)} workloads already measured with these options (delete the file to "

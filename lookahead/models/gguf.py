@@ -76,9 +76,14 @@ def resolve(name: str) -> Path:
     return path.resolve()
 
 
+def installed(package: str) -> bool:
+    """Whether `package` can be imported here (without importing it)."""
+    return importlib.util.find_spec(package) is not None
+
+
 def check_reader() -> None:
     """Raise a one-line ValueError naming the install command when transformers cannot read GGUF files here."""
-    missing = [p for p in ("gguf", "accelerate") if importlib.util.find_spec(p) is None]
+    missing = [p for p in ("gguf", "accelerate") if not installed(p)]
     if missing:
         raise ValueError(f"reading a .gguf file needs the {' and '.join(missing)} package"
                          f"{'s' if len(missing) > 1 else ''}: {INSTALL_GGUF}")

@@ -125,7 +125,7 @@ def test_bench_rows_check_every_output_against_greedy(stories, data):
     greedy = rows["hf-greedy"]
     assert greedy.forwards == greedy.new_tokens and greedy.prompts == 2 and greedy.free_forwards is None
     for row in rows.values():
-        assert row.same == 2 and row.new_tokens == greedy.new_tokens and row.seconds > 0
+        assert row.same == 2 and row.new_tokens == greedy.new_tokens and row.seconds > 0 and row.cpu_seconds > 0
         assert row.prompt_tokens == sum(len(p.input_ids) for p in prompts)
     assert all(rows[m].free_forwards for m in ("lookahead-ngram", "lookahead-suffix", "lookahead-suffix-tree"))
 
@@ -166,7 +166,8 @@ def _rows():
         for method, seconds, forwards in (("hf-greedy", 10.0, 100), ("hf-prompt-lookup-2", 8.0, 40),
                                           ("lookahead-ngram", ngram_seconds, 50)):
             rows.append(Row(w, method, prompts=2, prompt_tokens=300, new_tokens=100, forwards=forwards,
-                            seconds=seconds, same=2, free_forwards=30 if method == "lookahead-ngram" else None))
+                            seconds=seconds, cpu_seconds=seconds / 2, same=2,
+                            free_forwards=30 if method == "lookahead-ngram" else None))
     return rows
 
 
@@ -186,6 +187,8 @@ def test_tables_and_targets_from_rows():
     assert "| summarization | 2 | 300 | 100 | 10.0 | 1.25x (2.50) | 2.00x (2.00) | yes |" in speed
     assert "| Spec-Bench (geomean) | | | | | 1.25x | 2.00x | |" in speed
     assert "| summarization | 1.60 | 2.50 | 3.33 |" in R.ratio_table(rows)
+    assert "| summarization | 1.25x | 2.00x | 1.60 |" in R.cpu_table(rows)
+    assert "| Spec-Bench (geomean) | 1.25x | 2.00x | 1.60 |" in R.cpu_table(rows)
     targets = R.targets(rows).splitlines()
     assert targets == [
         "- lookahead ngram: met: no workload slower than greedy (>= 0.98x): slowest spec-bench/writing 1.00x",

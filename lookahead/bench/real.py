@@ -50,6 +50,8 @@ class Row:
     new_tokens: int = 0
     forwards: int = 0
     seconds: float = 0.0
+    cpu_seconds: float = 0.0  # the process's CPU time over the same calls (medians): what load on other cores
+    # changes least, with one torch thread
     prefill: float = 0.0
     same: int = 0  # prompts whose output equals greedy's
     free_forwards: int | None = None  # forwards under draft_cost=0 (lookahead's methods)
@@ -124,15 +126,18 @@ class Bench:
     def _prompt(self, prompt, rows: dict) -> None:
         ids, mask = _inputs(prompt.input_ids)
         samples = {name: [] for name in [*self._methods, PREFILL]}
+        cpu = {name: [] for name in self._methods}
         outs, forwards = {}, {}
         with torch.inference_mode():
             for order in rotations(list(samples), self.repeats):
                 for name in order:
                     method = self._methods[GREEDY if name == PREFILL else name]
-                    out, seconds, calls = self._call(method, ids, mask, 1 if name == PREFILL else self.max_new)
+                    out, seconds, cpu_seconds, calls = self._call(method, ids, mask,
+                                                                  1 if name == PREFILL else self.max_new)
                     samples[name].append(seconds)
                     if name != PREFILL:
                         outs[name], forwards[name] = out, calls
+                        cpu[name].append(cpu_seconds)
             prefill = float(np.median(samples[PREFILL]))
             for name, row in rows.items():
                 row.prompts += 1
@@ -140,6 +145,7 @@ class Bench:
                 row.new_tokens += len(outs[name])
                 row.forwards += forwards[name]
                 row.seconds += float(np.median(samples[name]))
+                row.cpu_seconds += float(np.median(cpu[name]))
                 row.prefill += prefill
                 row.same += outs[name] == outs[GREEDY]
                 if name in self.free:
@@ -147,16 +153,17 @@ class Bench:
                     row.free_forwards = (row.free_forwards or 0) + free
 
     def _call(self, method, ids, mask, new: int) -> tuple:
-        """(new tokens up to and with the first eos, wall-clock seconds, target forwards) of one call."""
+        """(new tokens up to and with the first eos, wall-clock seconds, process CPU seconds, target forwards) of one
+        call."""
         self._calls[0] = 0
         hook = self.model.register_forward_pre_hook(lambda *_: self._calls.__setitem__(0, self._calls[0] + 1))
         try:
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             out, _ = generate_with(method, self.model, ids, mask, new, self.eos, draft_cost=self.draft_cost)
-            seconds = time.perf_counter() - start
+            seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
         finally:
             hook.remove()
-        return _until_eos(out[0, ids.shape[1]:].tolist(), self.eos), seconds, self._calls[0]
+        return _until_eos(out[0, ids.shape[1]:].tolist(), self.eos), seconds, cpu, self._calls[0]
 
     def _free_forwards(self, prompt_ids: np.ndarray, greedy: list, name: str = "lookahead-ngram") -> int:
         """Forwards lookahead's `name` makes under ``draft_cost=0`` to write `greedy` after `prompt_ids`.
@@ -196,11 +203,12 @@ def _until_eos(tokens: list, eos: int) -> list:
 # Figures: speedups, ratios to HF prompt lookup, the Spec-Bench geometric mean
 # ---------------------------------------------------------------------------------------------------------------
 
-def speedups(rows: list) -> dict:
-    """{(workload, method): greedy's seconds over the method's} (every method, greedy's 1.0 included)."""
-    greedy = {r.workload: r.seconds for r in rows if r.method == GREEDY}
-    return {(r.workload, r.method): greedy[r.workload] / r.seconds for r in rows
-            if r.workload in greedy and r.seconds > 0}
+def speedups(rows: list, clock: str = "seconds") -> dict:
+    """{(workload, method): greedy's seconds over the method's} (every method, greedy's 1.0 included); `clock`
+    "cpu_seconds" compares CPU time instead of wall-clock time."""
+    greedy = {r.workload: getattr(r, clock) for r in rows if r.method == GREEDY}
+    return {(r.workload, r.method): greedy[r.workload] / getattr(r, clock) for r in rows
+            if r.workload in greedy and getattr(r, clock) > 0}
 
 
 def geomean(values) -> float:
@@ -208,9 +216,9 @@ def geomean(values) -> float:
     return float(np.exp(np.log(values).mean())) if len(values) else float("nan")
 
 
-def spec_bench_means(rows: list) -> dict:
+def spec_bench_means(rows: list, clock: str = "seconds") -> dict:
     """{method: geometric mean of its speedup over Spec-Bench's categories present} (empty without any)."""
-    ratio = speedups(rows)
+    ratio = speedups(rows, clock)
     methods = dict.fromkeys(r.method for r in rows)
     return {m: geomean(v for (w, n), v in ratio.items() if n == m and is_spec_bench(w)) for m in methods
             if any(is_spec_bench(w) and n == m for w, n in ratio)}

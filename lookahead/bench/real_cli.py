@@ -230,9 +230,16 @@ def _report(rows: list, config: dict, note: str, args) -> None:
     print("\nlookahead's speedup over HF prompt lookup's, and tokens per forward when drafting costs nothing "
           "(draft_cost=0, what a GPU would verify)\n")
     print(R.ratio_table(rows))
-    print("\nTargets (issue #26)\n")
-    for method in [m for m in config["methods"] if m.startswith("lookahead")]:
+    print("\nThe same calls in the process's CPU time (medians): what load on the other cores changes least, with "
+          "one torch thread\n")
+    print(R.cpu_table(rows))
+    print("\nTargets (issue #26), wall clock\n")
+    ours = [m for m in config["methods"] if m.startswith("lookahead")]
+    for method in ours:
         print(R.targets(rows, method))
+    print("\nThe speed targets in CPU time\n")
+    for method in ours:
+        print(R.targets(rows, method, "cpu_seconds"))
     if args.plot:
         try:
             R.plot(rows, args.plot, f"{note.removeprefix('model: ')}, {config['device']} {config['dtype']}, "

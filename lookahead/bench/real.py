@@ -108,7 +108,7 @@ class Bench:
         ids, mask = _inputs(prompt.input_ids)
         with torch.inference_mode():
             for method in self._methods.values():
-                generate_with(method, self.model, ids, mask, 8, self.eos, draft_cost=self.draft_cost)
+                self._generate(method, self.model, ids, mask, 8, self.draft_cost)
             greedy = self._call(self._methods[GREEDY], ids, mask, 8)[0]
             self._free_forwards(prompt.input_ids, greedy)
 
@@ -159,11 +159,23 @@ class Bench:
         hook = self.model.register_forward_pre_hook(lambda *_: self._calls.__setitem__(0, self._calls[0] + 1))
         try:
             start, cpu = time.perf_counter(), time.process_time()
-            out, _ = generate_with(method, self.model, ids, mask, new, self.eos, draft_cost=self.draft_cost)
+            out = self._generate(method, self.model, ids, mask, new, self.draft_cost)
             seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
         finally:
             hook.remove()
         return _until_eos(out[0, ids.shape[1]:].tolist(), self.eos), seconds, cpu, self._calls[0]
+
+    def _generate(self, method, model, ids, mask, new: int, draft_cost) -> torch.Tensor:
+        """One call of `method`: transformers' as `e2e.generate_with` runs it, lookahead's with its own defaults
+        (``num_draft_tokens`` and ``max_draft_nodes`` as a user gets them) and `draft_cost` when not None."""
+        if method.runner != "lookahead":
+            return generate_with(method, model, ids, mask, new, self.eos)[0]
+        from ..generate import generate
+
+        cost = {} if draft_cost is None else {"draft_cost": draft_cost}
+        options = {k: v for k, v in method.options.items() if k != "max_draft_nodes"}  # the library's default
+        return generate(model, ids, attention_mask=mask, max_new_tokens=new, eos_token_id=self.eos,
+                        pad_token_id=self.eos, **options, **cost)
 
     def _free_forwards(self, prompt_ids: np.ndarray, greedy: list, name: str = "lookahead-ngram") -> int:
         """Forwards lookahead's `name` makes under ``draft_cost=0`` to write `greedy` after `prompt_ids`.
@@ -179,8 +191,7 @@ class Bench:
         try:
             ids, mask = _inputs(prompt_ids)
             with torch.inference_mode():
-                out, _ = generate_with(self._methods[name], self._tiny, ids, mask, max(len(greedy), 1), self.eos,
-                                       draft_cost=0)
+                out = self._generate(self._methods[name], self._tiny, ids, mask, max(len(greedy), 1), 0)
         finally:
             handle.remove()
             counter.remove()

@@ -80,18 +80,28 @@ def measured_draft_cost(model, max_tokens: int) -> CostCurve:
     return known[key]
 
 
-def draft_cost(model, settings):
-    """A call's verification cost model: as given, measured on first use ("auto"), or the device's default."""
-    if settings.draft_cost is None:
-        return default_cost(model)
-    if isinstance(settings.draft_cost, str):  # "auto"
+def draft_cost(model, settings, sampling: bool = False):
+    """A call's verification cost model: as given, else measured on first use ("auto", and the default of a greedy
+    call on a CPU), else the default (`default_cost`)."""
+    cost = settings.draft_cost if settings.draft_cost is not None else default_cost(model, sampling)
+    if isinstance(cost, str):  # "auto"
         most = settings.widest()
         limit = position_limit(model.config)
         return measured_draft_cost(model, max(min(most, limit // 2 if limit else most), 1))
-    return as_cost(settings.draft_cost)
+    return as_cost(cost)
 
 
-def default_cost(model) -> tuple:
-    """(overhead, per_token) of verification as measured on a CPU (a one-token forward is a cheap matrix-vector
-    product there: any multi-token forward costs ~1.8x it) and on a GPU at small batch (nearly free)."""
-    return (0.8, 0.08) if model.device.type == "cpu" else (0.0, 0.02)
+def default_cost(model, sampling: bool = False):
+    """The default cost model: "auto" for a greedy call of a decoder-only model on a CPU, else (0.8, 0.08) on a CPU
+    (sampling, encoder-decoders), and (0, 0.02) on an accelerator at small batch (nearly free).
+
+    On a CPU what a multi-token forward costs depends on the model too much for one line: after a one-token forward
+    (a matrix-vector product), 2 and 3 tokens cost 1.07-1.3x it on SmolLM2-135M but 1.66-2.10x on GPT-2-small's
+    shape (benchmarks/RESULTS.md, "A real model"), so a greedy call measures it once per model, device, dtype and
+    thread count (`measured_draft_cost`, about 40 forwards). Drafts never change a greedy output; a sampling call's
+    drafts decide which random numbers it draws, so it keeps a fixed line: the same seed writes the same text in
+    every process, whatever a measurement would have said."""
+    if model.device.type != "cpu":
+        return 0.0, 0.02
+    decoder_only = not getattr(model.config, "is_encoder_decoder", False)  # `forward_times` feeds input_ids only
+    return "auto" if decoder_only and not sampling else (0.8, 0.08)

@@ -105,10 +105,11 @@ def generate(
         draft_cost: what verification costs, as a fraction of a one-token forward: the cost of one more verified
             token, or a pair (overhead of any multi-token forward, cost per token); drafts and trees are only as
             large as the acceptance seen so far pays for (`lookahead.policy`), then every row drafts up to the
-            columns the step computes anyway (the widest row's draft, a static step's width). Default: (0.8, 0.08)
-            on CPU, (0, 0.02) on an accelerator. "auto" measures the cost of every draft size on this machine once per
-            model (about 40 forwards, `lookahead.calibrate.measure_draft_cost`, which also returns a curve to
-            pass here). 0 always drafts `num_draft_tokens` when there is a match.
+            columns the step computes anyway (the widest row's draft, a static step's width). "auto" measures the
+            cost of every draft size on this machine once per model (about 40 forwards,
+            `lookahead.calibrate.measure_draft_cost`, which also returns a curve to pass here). Default: "auto" for
+            a greedy call on a CPU, (0.8, 0.08) for a sampling one (fixed, so that a seed always writes the same
+            text), (0, 0.02) on an accelerator. 0 always drafts `num_draft_tokens` when there is a match.
         draft: "chain" (one continuation) or "tree" (several continuations verified together in one forward with a
             tree attention mask; needs lookup="suffix" and a decoder-only model; greedy or sampling).
         max_draft_nodes: most tree nodes verified per row and step (draft="tree"), at most 1024. Default: 32; on a
@@ -303,7 +304,8 @@ def _make_run(model, batch: int, processors, criteria, config, settings: Setting
     recorder = None
     if config.return_dict_in_generate:
         recorder = Recorder(batch, bool(config.output_scores), bool(config.output_logits))
-    sizing = make_sizing(settings.draft, settings.num_draft_tokens, settings.max_draft_nodes, draft_cost(model, settings))
+    sizing = make_sizing(settings.draft, settings.num_draft_tokens, settings.max_draft_nodes,
+                         draft_cost(model, settings, bool(config.do_sample)))
     return _Run(Scorer(processors, batch), Stopper(criteria, eos, max_new),
                 acceptance_rule(config.do_sample, settings.generator, model.device, argmax_of), sizing,
                 Streamer(settings.streamer, batch), recorder, settings.stats, bool(config.do_sample))

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from . import _validate as V
-from .calibrate import draft_cost
+from .calibrate import budget, draft_cost
 from .fused import fused as fused_loop
 from .index.build import row_indexes
 from .index.draft import Draft
@@ -191,9 +191,10 @@ def decode(model, input_ids, logits_processor, stopping_criteria, generation_con
     pad = _ids(generation_config.pad_token_id) or eos[:1] or (0,)
     max_new = _max_new(stopping_criteria, input_ids.shape[1])
     target = make_target(model, input_ids, inputs_tensor, model_kwargs, max_new, generation_config, settings.widest())
-    settings = settings.resolved(target.padded, target.most)  # unset budgets fill the step's width (computed anyway)
+    cost = draft_cost(model, settings, bool(generation_config.do_sample))
+    settings = settings.resolved(_widths(target, cost), target.most)  # unset budgets fill what costs no more
     run = _make_run(model, input_ids.shape[0], logits_processor, stopping_criteria, generation_config, settings, eos,
-                    max_new, target.argmax)
+                    max_new, cost, target.argmax)
     V.check_documents(model, settings.documents, settings.memory)
     sources = target.sources()
     rows = _Rows(list(range(len(sources))), input_ids, np.zeros(len(sources), np.int64),
@@ -299,13 +300,21 @@ def _drop(target, rows: _Rows, done: list, run: _Run) -> _Rows:
     return _Rows([rows.ids[i] for i in keep], rows.prompts[keep], rows.last[keep], [rows.indexes[i] for i in keep])
 
 
+def _widths(target, cost):
+    """n -> the most drafts a step verifying n may hold at no extra cost: a static step's padded width (its widths
+    are fixed when it is built), else a wider draft that a measured cost curve says costs no more
+    (`calibrate.budget`)."""
+    if target.most is not None:
+        return target.padded
+    return lambda n: max(target.padded(n), budget(cost, n))
+
+
 def _make_run(model, batch: int, processors, criteria, config, settings: Settings, eos: tuple, max_new: int,
-              argmax_of=None) -> _Run:
+              cost, argmax_of=None) -> _Run:
     recorder = None
     if config.return_dict_in_generate:
         recorder = Recorder(batch, bool(config.output_scores), bool(config.output_logits))
-    sizing = make_sizing(settings.draft, settings.num_draft_tokens, settings.max_draft_nodes,
-                         draft_cost(model, settings, bool(config.do_sample)))
+    sizing = make_sizing(settings.draft, settings.num_draft_tokens, settings.max_draft_nodes, cost)
     return _Run(Scorer(processors, batch), Stopper(criteria, eos, max_new),
                 acceptance_rule(config.do_sample, settings.generator, model.device, argmax_of), sizing,
                 Streamer(settings.streamer, batch), recorder, settings.stats, bool(config.do_sample))

@@ -63,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
                            f"else {DEFAULT_MODEL}; offline: the bundled stories260K)")
     demo.add_argument("--task", choices=TASKS, default="summarize",
                       help="what a chat model does: summarize an article or edit code (default summarize)")
-    demo.add_argument("--max-new-tokens", type=positive_int, default=256)
+    demo.add_argument("--max-new-tokens", type=positive_int, default=128)
     demo.add_argument("--max-ngram", type=positive_int, default=4)
     demo.add_argument("--rounds", type=positive_int, default=3,
                       help="timed runs of each decoder, in turns; the median counts (default 3)")

@@ -126,7 +126,7 @@ def _time_both(model, ids, max_new_tokens: int, max_ngram: int, rounds: int) -> 
                  forwards)
 
 
-def run(model_id: str | None = None, max_new_tokens: int = 256, device: str = "cpu", max_ngram: int = 4,
+def run(model_id: str | None = None, max_new_tokens: int = 128, device: str = "cpu", max_ngram: int = 4,
         rounds: int = 3, threads: int | None = None, task: str = "summarize") -> bool:
     """Run both decoders on the grounded prompt, print the comparison; return whether the outputs are identical.
 

@@ -16,8 +16,7 @@ from .arguments import method_name, positive_int
 from .real import METHODS
 from .real_workloads import OTHERS, WORKLOADS
 
-QUICK = {"workloads": ["summarization", "rag", "code-edit", "spec-bench/translation", "spec-bench/writing"],
-         "prompts": 1, "max_new": 64, "repeats": 3, "max_prompt": 1024}
+QUICK = {"workloads": ["summarization", "rag", "code-edit", "spec-bench/writing"], "max_new": 64}
 
 
 def add_parser(kinds) -> None:
@@ -31,12 +30,12 @@ def add_parser(kinds) -> None:
     p.add_argument("--workloads", nargs="+", default=None, metavar="NAME",
                    help=f"spec-bench (its 13 categories), spec-bench/CATEGORY, {', '.join(OTHERS)} (default: all)")
     p.add_argument("--quick", action="store_true",
-                   help=f"about 3 minutes: {', '.join(QUICK['workloads'])}; 1 prompt each, 64 new tokens")
-    p.add_argument("--prompts", type=positive_int, default=None, help="prompts per workload (default 2)")
+                   help=f"about 3 minutes: {', '.join(QUICK['workloads'])}; 64 new tokens")
+    p.add_argument("--prompts", type=positive_int, default=None, help="prompts per workload (default 1)")
     p.add_argument("--max-new", type=positive_int, default=None, help="new tokens per prompt (default 128)")
     p.add_argument("--max-prompt", type=positive_int, default=None, help="most prompt tokens (default 2048)")
     p.add_argument("--repeats", type=positive_int, default=None,
-                   help="timed calls of each method per prompt, in turns; the median counts (default 3)")
+                   help="timed calls of each method per prompt, in turns; the median counts (default 2)")
     p.add_argument("--methods", nargs="+", type=method_name, default=list(METHODS), metavar="METHOD",
                    help=f"methods that generate, greedy among them (default {' '.join(METHODS)})")
     p.add_argument("--draft-cost", type=draft_cost, default=None, metavar="COST",
@@ -59,8 +58,8 @@ def settings(args) -> dict:
     quick = QUICK if args.quick else {}
     pick = lambda name, default: getattr(args, name) if getattr(args, name) is not None else quick.get(name, default)
     workloads = args.workloads if args.workloads is not None else quick.get("workloads", list(WORKLOADS))
-    return {"model": args.model, "workloads": workloads, "prompts": pick("prompts", 2),
-            "max_new": pick("max_new", 128), "max_prompt": pick("max_prompt", 2048), "repeats": pick("repeats", 3),
+    return {"model": args.model, "workloads": workloads, "prompts": pick("prompts", 1),
+            "max_new": pick("max_new", 128), "max_prompt": pick("max_prompt", 2048), "repeats": pick("repeats", 2),
             "methods": list(args.methods), "dtype": args.dtype, "device": args.device,
             "draft_cost": args.draft_cost}
 

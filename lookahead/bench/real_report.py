@@ -122,7 +122,8 @@ def _check(text: str, ok: bool) -> str:
 
 
 def plot(rows: list, path: str, title: str) -> None:
-    """Grouped bars of each method's speedup over greedy per workload (and the Spec-Bench geometric mean).
+    """Grouped bars of each method's speedup over greedy per workload (and the Spec-Bench geometric mean); Spec-Bench
+    categories are labelled ``sb/<category>``.
 
     Raises:
         ValueError: matplotlib missing or the file cannot be written.
@@ -130,15 +131,14 @@ def plot(rows: list, path: str, title: str) -> None:
     from . import plot as bench_plot
 
     ratio, methods = speedups(rows), _others(rows)
-    values = {(label(m), w): v for (w, m), v in ratio.items() if m != GREEDY}
-    for m, v in spec_bench_means(rows).items():
-        values[label(m), "Spec-Bench"] = v
-    workloads = [w.removeprefix("spec-bench/") for w in _workloads(rows)]
-    values = {(m, w.removeprefix("spec-bench/")): v for (m, w), v in values.items()}
-    if any(m == "Spec-Bench" for _, m in values):
-        workloads.append("Spec-Bench")
+    short = lambda w: w.replace("spec-bench/", "sb/")
+    values = {(label(m), short(w)): v for (w, m), v in ratio.items() if m != GREEDY}
+    means = spec_bench_means(rows)
+    for m, v in means.items():
+        values[label(m), SPEC_BENCH_ROW] = v
+    workloads = [short(w) for w in _workloads(rows)] + ([SPEC_BENCH_ROW] if means else [])
     bench_plot.tokens_per_forward(values, [label(m) for m in methods], workloads, path, title,
-                                  ylabel="speedup over greedy (whole calls)")
+                                  ylabel="speedup over greedy (whole calls)", group_width=0.9)
 
 
 def from_dicts(records: list) -> list:

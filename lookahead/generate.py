@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from . import _validate as V
+from .decode.calibrate import budget, draft_cost
 from .decode.loop import Rows, assemble, make_run, run_loop, token_ids
 from .decode.processing import max_new_tokens as _max_new
 from .decode.settings import (GenerationStats, Settings, check_supported, eos_override, hf_kwargs, make_settings,
@@ -76,10 +77,12 @@ def generate(
         draft_cost: what verification costs, as a fraction of a one-token forward: the cost of one more verified
             token, or a pair (overhead of any multi-token forward, cost per token); drafts and trees are only as
             large as the acceptance seen so far pays for (`lookahead.decode.policy`), then every row drafts up to the
-            columns the step computes anyway (the widest row's draft, a static step's width). Default: (0.8, 0.08)
-            on CPU, (0, 0.02) on an accelerator. "auto" measures the cost of every draft size on this machine once per
-            model (about 40 forwards, `lookahead.decode.calibrate.measure_draft_cost`, which also returns a curve to
-            pass here). 0 always drafts `num_draft_tokens` when there is a match.
+            columns the step computes anyway (the widest row's draft, a static step's width). "auto" measures the
+            cost of every draft size on this machine once per model (about 40 forwards,
+            `lookahead.decode.calibrate.measure_draft_cost`, which also returns a curve to pass here). Default:
+            "auto" for a greedy call of a decoder-only model on a CPU, (0.8, 0.08) for a sampling one (fixed, so that
+            a seed always writes the same text), (0, 0.02) on an accelerator. 0 always drafts `num_draft_tokens`
+            when there is a match.
         draft: "chain" (one continuation) or "tree" (several continuations verified together in one forward with a
             tree attention mask; needs lookup="suffix", "recycle" or "suffix+recycle" and a decoder-only model;
             greedy or sampling).
@@ -165,10 +168,11 @@ def decode(model, input_ids, logits_processor, stopping_criteria, generation_con
     max_new = _max_new(stopping_criteria, input_ids.shape[1])
     target = make_target(model, facts, input_ids, inputs_tensor, model_kwargs, max_new, generation_config,
                          settings.widest())
-    settings = settings.resolved(target.padded, target.most)  # unset budgets fill the step's width (computed anyway)
+    cost = draft_cost(model, facts, settings, bool(generation_config.do_sample))
+    settings = settings.resolved(_widths(target, cost), target.most)  # unset budgets fill what costs no more
     recycled = _recycled(model, facts, settings)
-    run = make_run(model, facts, input_ids.shape[0], logits_processor, stopping_criteria, generation_config, settings,
-                   eos, max_new, target.argmax, recycled)
+    run = make_run(facts, input_ids.shape[0], logits_processor, stopping_criteria, generation_config, settings, eos,
+                   max_new, cost, target.argmax, recycled)
     V.check_documents(facts, settings.documents, settings.memory)
     sources = target.sources()
     rows = Rows(list(range(len(sources))), input_ids, np.zeros(len(sources), np.int64),
@@ -191,6 +195,15 @@ def decode(model, input_ids, logits_processor, stopping_criteria, generation_con
         return sequences
     return run.recorder.output(sequences, sequences.shape[1] - input_ids.shape[1], pad[0], settings.stats,
                                model_kwargs.get("encoder_outputs"))
+
+
+def _widths(target, cost):
+    """n -> the most drafts a step verifying n may hold at no extra cost: a static step's padded width (its widths
+    are fixed when it is built), else a wider draft that a measured cost curve says costs no more
+    (`calibrate.budget`)."""
+    if target.most is not None:
+        return target.padded
+    return lambda n: max(target.padded(n), budget(cost, n))
 
 
 def _recycled(model, facts: ModelFacts, settings: Settings):

@@ -48,8 +48,11 @@ def jobs(tmp_path_factory):
 
 
 def test_ray_engine_writes_the_local_engines_output(jobs):
-    """The lines two Ray workers add are the local engine's, ids and texts (order aside), with no duplicates."""
-    assert by_id(jobs["folder"] / "ray.jsonl") == by_id(jobs["folder"] / "local.jsonl")
+    """The lines two Ray workers add are the local engine's, ids and texts (order aside), with no duplicates. Forward
+    counts may differ: each process measures the CPU's verification cost itself (the default draft_cost)."""
+    written = lambda path: {i: {k: v for k, v in r.items() if k not in ("forwards", "tokens_per_forward")}
+                            for i, r in by_id(path).items()}
+    assert written(jobs["folder"] / "ray.jsonl") == written(jobs["folder"] / "local.jsonl")
 
 
 def test_ray_engine_resumes_a_killed_job(jobs):

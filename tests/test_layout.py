@@ -6,7 +6,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "lookahead"
 
 # room -> the rooms it may import (docs/architecture.md, "Rooms")
 ALLOWED = {
-    "_checks": set(), "arguments": set(), "models": set(),
+    "_checks": set(), "arguments": set(), "models": set(), "threads": set(), "demo_article": set(),
     "index": {"_checks"},
     "verify": {"index"},
     "target": {"_checks", "verify"},
@@ -14,9 +14,9 @@ ALLOWED = {
     "_validate": {"_checks", "target"},
     "generate": {"_checks", "_validate", "index", "verify", "target", "decode"},
     "plugin": {"generate", "decode"},
-    "demo": {"generate", "models"},
+    "demo": {"generate", "models", "threads", "demo_article"},
     "job": {"_checks", "arguments", "generate", "index", "models"},
-    "bench": {"_checks", "arguments", "index", "verify", "target", "decode", "generate", "models"},
+    "bench": {"_checks", "arguments", "index", "verify", "target", "decode", "generate", "models", "threads"},
     "cli": {"arguments", "demo", "job", "bench", "models"},
     "__main__": {"cli"},
     "__init__": set(),  # imports its public names lazily, by name (`_SOURCES`)

@@ -1,4 +1,4 @@
-"""`lookahead bench traces | e2e | index`: measure and predict speedups; markdown tables, optional plots.
+"""`lookahead bench traces | e2e | index | real`: measure and predict speedups; markdown tables, optional plots.
 
 A bad argument (``--budget 0``, ``--cost-ratio 0``, an unknown method or shape) is argparse's one-line error, exit
 status 2. Bad input (an unreadable file, a bad line) gets a one-line error on stderr and the run goes on where it
@@ -10,18 +10,21 @@ import argparse
 import sys
 from pathlib import Path
 
+from . import real_cli
 from .arguments import cost_ratio, int_at_least, method_name, positive_int
 from .methods import E2E_DEFAULT, REPLAY_DEFAULT
 from .replay import DEFAULT_COST_TOKENS
 
 
 def add_parser(sub) -> None:
-    """Add the `bench` command and its three subcommands to the console script's subparsers."""
-    bench = sub.add_parser("bench", help="measure and predict speedups: traces (model-free), e2e (wall clock), index")
+    """Add the `bench` command and its subcommands to the console script's subparsers."""
+    bench = sub.add_parser("bench", help="measure and predict speedups: traces (model-free), e2e (wall clock), index, "
+                                                 "real (a real model)")
     kinds = bench.add_subparsers(dest="bench_command", required=True)
     _traces_parser(kinds.add_parser("traces", help="tokens per forward and predicted speedup, model-free replay"))
     _e2e_parser(kinds.add_parser("e2e", help="wall-clock generation: greedy, HF prompt lookup, lookahead"))
     _index_parser(kinds.add_parser("index", help="microseconds per step of every index against tokens held"))
+    real_cli.add_parser(kinds)
 
 
 def _source_args(p) -> None:

@@ -89,7 +89,8 @@ def random_model(shape: str, vocab_size: int, eos: int | None = None, device: st
 
 
 def pretrained_model(path_or_id: str, device: str = "cpu", dtype: str = "fp32"):
-    """(model, tokenizer or None when the folder has none) from a local folder or the hub.
+    """(model, tokenizer or None when the folder has none) from a local folder, the hub, a ``.gguf`` file or
+    ``smollm2`` (`lookahead.models.gguf`).
 
     Raises:
         ValueError: unknown dtype, or the model cannot be loaded (the reason in one line).
@@ -98,6 +99,11 @@ def pretrained_model(path_or_id: str, device: str = "cpu", dtype: str = "fp32"):
 
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPES)}")
+    from ..models import gguf
+
+    if gguf.is_gguf(path_or_id):  # a .gguf file or "smollm2": model and tokenizer from the one file
+        model, tokenizer, _ = gguf.load(path_or_id, device, DTYPES[dtype])
+        return model, tokenizer
     try:
         model = AutoModelForCausalLM.from_pretrained(path_or_id, dtype=DTYPES[dtype])
     except (OSError, ValueError) as error:

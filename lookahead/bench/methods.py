@@ -86,6 +86,11 @@ METHODS: dict[str, Method] = {m.name: m for m in [
            options={"lookup": "suffix"}),
     Method("lookahead-suffix-tree", f"lookahead SuffixIndex trees ({TREE_NODES} nodes)", _SUFFIX, tree=True,
            runner="lookahead", options={"lookup": "suffix", **_TREE}),
+    Method("lookahead-recycle-tree", "lookahead Token Recycling trees: the target's own earlier predictions "
+           "(real models only: drafts depend on the model's logits)", runner="lookahead",
+           options={"lookup": "recycle", **_TREE}),
+    Method("lookahead-suffix-recycle-tree", "lookahead SuffixIndex trees with recycled predictions filling the "
+           "budget (real models only)", runner="lookahead", options={"lookup": "suffix+recycle", **_TREE}),
     Method("lookahead-none-static", "lookahead's static step drafting nothing (its plain decoding)",
            runner="lookahead", options={"lookup": "none", **_STATIC}),
     Method("lookahead-ngram-dynamic", "lookahead-ngram with cache_implementation='dynamic' (eager on any device)",

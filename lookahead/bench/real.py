@@ -35,7 +35,8 @@ from .timing import rotations
 
 GREEDY, HF_LOOKUP = "hf-greedy", "hf-prompt-lookup-2"
 METHODS = (GREEDY, HF_LOOKUP, "lookahead-ngram", "lookahead-suffix", "lookahead-suffix-tree")
-LOOKAHEAD = ("lookahead-ngram", "lookahead-suffix", "lookahead-suffix-tree")
+LOOKAHEAD = ("lookahead-ngram", "lookahead-suffix", "lookahead-suffix-tree", "lookahead-recycle-tree",
+             "lookahead-suffix-recycle-tree")
 PREFILL = "prefill"  # the one-token greedy call that times the prompt's prefill
 
 
@@ -152,14 +153,15 @@ class Bench:
                     free = self._free_forwards(prompt.input_ids, outs[GREEDY], name)
                     row.free_forwards = (row.free_forwards or 0) + free
 
-    def _call(self, method, ids, mask, new: int) -> tuple:
+    def _call(self, method, ids, mask, new: int, draft_cost="default") -> tuple:
         """(new tokens up to and with the first eos, wall-clock seconds, process CPU seconds, target forwards) of one
-        call."""
+        call (lookahead's with `draft_cost`, the bench's own by default)."""
         self._calls[0] = 0
         hook = self.model.register_forward_pre_hook(lambda *_: self._calls.__setitem__(0, self._calls[0] + 1))
         try:
             start, cpu = time.perf_counter(), time.process_time()
-            out = self._generate(method, self.model, ids, mask, new, self.draft_cost)
+            cost = self.draft_cost if draft_cost == "default" else draft_cost
+            out = self._generate(method, self.model, ids, mask, new, cost)
             seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
         finally:
             hook.remove()
@@ -183,6 +185,8 @@ class Bench:
         Raises:
             RuntimeError: the replay wrote other tokens than greedy's (the forcing broke).
         """
+        if "recycle" in self._methods[name].options["lookup"]:  # its drafts come from the model's own logits
+            return self._real_free_forwards(prompt_ids, greedy, name)
         recorded = greedy[:-1] if greedy and greedy[-1] == self.eos else greedy
         forced = ForcedOutputs([(prompt_ids, np.asarray(recorded, np.int64))], self.eos)
         handle = forced.attach(self._tiny)
@@ -198,6 +202,21 @@ class Bench:
         if _until_eos(out[0, ids.shape[1]:].tolist(), self.eos) != greedy:
             raise RuntimeError(f"the draft_cost=0 replay of {name} did not write greedy's tokens")
         return calls[0]
+
+
+    def _real_free_forwards(self, prompt_ids: np.ndarray, greedy: list, name: str) -> int:
+        """Forwards of the real model under ``draft_cost=0``: a recycling method drafts from the target's own
+        predictions, which a replay on another model would not give.
+
+        Raises:
+            RuntimeError: the call wrote other tokens than greedy's (a lossless method never does).
+        """
+        ids, mask = _inputs(prompt_ids)
+        with torch.inference_mode():
+            out, _, _, calls = self._call(self._methods[name], ids, mask, max(len(greedy), 1), draft_cost=0)
+        if out != greedy:
+            raise RuntimeError(f"{name} under draft_cost=0 did not write greedy's tokens")
+        return calls
 
 
 def _inputs(prompt_ids) -> tuple:

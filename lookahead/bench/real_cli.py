@@ -236,6 +236,8 @@ def _report(rows: list, config: dict, note: str, args) -> None:
     ours = [m for m in config["methods"] if m.startswith("lookahead")]
     for method in ours:
         print(R.targets(rows, method))
+    for method in [m for m in ours if "recycle" in m]:
+        print(R.recycle_targets(rows, method))
     print("\nThe speed targets in CPU time\n")
     for method in ours:
         print(R.targets(rows, method, "cpu_seconds"))

@@ -10,7 +10,9 @@ from .real import GREEDY, HF_LOOKUP, Row, geomean, spec_bench_means, speedups
 from .real_workloads import is_spec_bench
 
 LABELS = {GREEDY: "greedy", HF_LOOKUP: "HF prompt lookup", "lookahead-ngram": "lookahead ngram",
-          "lookahead-suffix": "lookahead suffix", "lookahead-suffix-tree": "lookahead suffix tree"}
+          "lookahead-suffix": "lookahead suffix", "lookahead-suffix-tree": "lookahead suffix tree",
+          "lookahead-recycle-tree": "lookahead recycle tree",
+          "lookahead-suffix-recycle-tree": "lookahead suffix+recycle tree"}
 SPEC_BENCH_ROW = "Spec-Bench (geomean)"
 HEADLINE = ("summarization", "rag", "code-edit", "agent")  # the workloads held to 1.4x HF prompt lookup's speedup
 
@@ -117,6 +119,43 @@ def targets(rows: list, method: str = "lookahead-ngram", clock: str = "seconds")
     return "\n".join(f"- {label(method)}: {line}" for line in lines)
 
 
+TREE = "lookahead-suffix-tree"
+LITTLE_TO_COPY = tuple(f"spec-bench/{c}" for c in ("writing", "roleplay", "reasoning", "math", "math_reasoning", "qa",
+                                                   "stem", "humanities"))
+COPY_HEAVY = ("summarization", "rag", "code-edit")
+
+
+def recycle_targets(rows: list, method: str = "lookahead-suffix-recycle-tree") -> str:
+    """Issue #28's targets for a recycling `method` against the suffix tree (text lines): tokens per forward under
+    ``draft_cost=0`` (>= 1.25x in the geometric mean of the categories with little to copy, never below the tree's,
+    >= 0.98x on copy-heavy workloads) and wall time (no workload slower than the tree's)."""
+    by = {(r.workload, r.method): r for r in rows}
+    both = [w for w in _workloads(rows) if (w, method) in by and (w, TREE) in by]
+    if not both:
+        return f"no rows of both {method} and {TREE}"
+    lines = []
+    free = {w: by[w, method].free_tokens_per_forward / by[w, TREE].free_tokens_per_forward for w in both
+            if by[w, method].free_forwards and by[w, TREE].free_forwards}
+    little = [free[w] for w in LITTLE_TO_COPY if w in free]
+    if little:
+        lines.append(_check(f"little-to-copy categories ({len(little)}): tokens per forward under draft_cost=0 >= "
+                            f"1.25x the tree's in their geometric mean: {geomean(little):.2f}x",
+                            geomean(little) >= 1.25))
+    if free:
+        low = min(free, key=free.get)
+        floor = lambda w: 0.98 if w in COPY_HEAVY else 1.0
+        below = [w for w in free if free[w] < floor(w)]
+        lines.append(_check(f"tokens per forward under draft_cost=0 never below the tree's (copy-heavy >= 0.98x): "
+                            f"lowest {low} {free[low]:.2f}x" + (f"; below on {', '.join(below)}" if below else ""),
+                            not below))
+    wall = {w: by[w, TREE].seconds / by[w, method].seconds for w in both if by[w, method].seconds > 0}
+    slow = min(wall, key=wall.get)
+    total = sum(by[w, TREE].seconds for w in both) / sum(by[w, method].seconds for w in both)
+    lines.append(_check(f"no workload slower than the tree (wall): slowest {slow} at {wall[slow]:.2f}x the tree's "
+                        f"speed; all workloads {total:.2f}x", wall[slow] >= 1.0))
+    return "\n".join(f"- {label(method)}: {line}" for line in lines)
+
+
 def _check(text: str, ok: bool) -> str:
     return f"{'met' if ok else 'NOT met'}: {text}"
 
@@ -146,4 +185,5 @@ def from_dicts(records: list) -> list:
     return [Row(**record) for record in records]
 
 
-__all__ = ["cpu_table", "from_dicts", "geomean", "plot", "ratio_table", "speed_table", "targets", "is_spec_bench"]
+__all__ = ["cpu_table", "from_dicts", "geomean", "plot", "ratio_table", "recycle_targets", "speed_table", "targets",
+           "is_spec_bench"]

@@ -166,6 +166,7 @@ def test_recycling_free_forwards_are_the_real_models(stories):
     greedy = greedy[: greedy.index(2) + 1] if 2 in greedy else greedy
     bench = Bench(model, eos=2, max_new=30, methods=("hf-greedy", "lookahead-suffix-recycle-tree"))
     assert bench.free == ("lookahead-suffix-recycle-tree",)
+    bench.warm_up(W.Prompt("p", ids[0].numpy()))  # without lookahead-ngram among the methods
     assert bench._free_forwards(ids[0].numpy(), greedy, "lookahead-suffix-recycle-tree") == len(calls) < len(greedy)
     with pytest.raises(RuntimeError, match="did not write greedy's tokens"):
         bench._free_forwards(ids[0].numpy(), greedy[:-1] + [greedy[-1] + 1], "lookahead-suffix-recycle-tree")

@@ -25,3 +25,18 @@ def stories_model():
     from transformers import AutoModelForCausalLM
 
     return AutoModelForCausalLM.from_pretrained(STORIES).eval()
+
+
+@pytest.fixture
+def cli(capsys):
+    """`cli(*args)` -> (exit status, stdout, stderr) of `lookahead ARGS`, argparse's own exits included."""
+    from lookahead.cli import main
+
+    def run(*args) -> tuple:
+        try:
+            status = main([str(a) for a in args])
+        except SystemExit as stop:
+            status = stop.code
+        out = capsys.readouterr()
+        return status, out.out, out.err
+    return run

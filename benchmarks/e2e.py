@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 from traces import DEFAULT_DATA_DIR, workload
 
+from lookahead.arguments import draft_cost
 from lookahead.bench import e2e
 from lookahead.bench import plot as bench_plot
 from lookahead.bench.arguments import method_name, positive_int
@@ -54,19 +55,6 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="lookahead's draft_cost: 'auto' (measured once), a number or 'overhead,per_token' "
                              "(default: lookahead's default)")
     return parser.parse_args(argv)
-
-
-def draft_cost(text: str):
-    """'auto', a number, or 'overhead,per_token' as `lookahead.generate` takes them."""
-    if text == "auto":
-        return text
-    try:
-        numbers = tuple(float(x) for x in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected 'auto', a number or 'overhead,per_token', got {text!r}")
-    if len(numbers) > 2:
-        raise argparse.ArgumentTypeError(f"expected at most two numbers, got {text!r}")
-    return numbers[0] if len(numbers) == 1 else numbers
 
 
 def main(argv=None) -> None:

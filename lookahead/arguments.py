@@ -45,6 +45,20 @@ def probability(text: str) -> float:
     return _number(text, float, lambda v: 0 < v <= 1, "a number in (0, 1]")
 
 
+def draft_cost(text: str):
+    """argparse type: 'auto', a number >= 0, or 'overhead,per_token' (a list, as JSON keeps it), as
+    `lookahead.generate` takes them."""
+    if text == "auto":
+        return text
+    try:
+        numbers = [float(x) for x in text.split(",")]
+    except ValueError:
+        numbers = []
+    if not 1 <= len(numbers) <= 2 or not all(0 <= x < float("inf") for x in numbers):
+        raise argparse.ArgumentTypeError(f"expected auto, a number >= 0 or OVERHEAD,PER_TOKEN, got {text!r}")
+    return numbers[0] if len(numbers) == 1 else numbers
+
+
 def _number(text: str, kind, ok, expected: str):
     try:
         value = kind(text)

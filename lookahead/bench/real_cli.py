@@ -12,6 +12,7 @@ import json
 import os
 import sys
 
+from ..arguments import draft_cost
 from .arguments import method_name, positive_int
 from .real import METHODS
 from .real_workloads import OTHERS, WORKLOADS
@@ -87,19 +88,6 @@ def run(args) -> int:
     rows = _measure(model, tokenizer, prompts, config, done, args)
     _report(rows, config, note, args)
     return 0
-
-
-def draft_cost(text: str):
-    """argparse type: 'auto', a number, or 'overhead,per_token' (a list, as JSON keeps it), as `generate` takes them."""
-    if text == "auto":
-        return text
-    try:
-        numbers = [float(x) for x in text.split(",")]
-    except ValueError:
-        numbers = []
-    if not 1 <= len(numbers) <= 2 or not all(0 <= x < float("inf") for x in numbers):
-        raise argparse.ArgumentTypeError(f"expected auto, a number >= 0 or OVERHEAD,PER_TOKEN, got {text!r}")
-    return numbers[0] if len(numbers) == 1 else numbers
 
 
 def _threads(text: str) -> int:

@@ -27,9 +27,8 @@ from lookahead.decode.calibrate import measure_draft_cost, measured_draft_cost
 WORKLOADS = ("spec-bench/reasoning", "spec-bench/math", "spec-bench/qa", "summarization", "code-edit")
 
 
-def variant_call(args, model, ids, mask):
-    """A function that runs the variant's call on `ids`."""
-    options = {"lookup": args.lookup, **({"draft": "tree"} if args.tree else {})}
+def variant_call(args, model, ids, mask, options: dict):
+    """A function that runs the variant's call on `ids` (with `generate`'s `options`)."""
     if args.variant == "context":
         cost = measure_draft_cost(model, context=ids.shape[1] + 64, max_tokens=20)
         return lambda: generate(model, ids, attention_mask=mask, max_new_tokens=args.max_new, draft_cost=cost,
@@ -65,17 +64,17 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     model, tokenizer, _ = models.load("smollm2")
+    options = {"lookup": args.lookup, **({"draft": "tree"} if args.tree else {})}
     total = {"greedy": 0.0, "shipped": 0.0, "variant": 0.0}
     with torch.inference_mode():
         for workload, items in load(args.workloads, tokenizer, 1).items():
             ids = torch.as_tensor(items[0].input_ids)[None]
             mask = torch.ones_like(ids)
-            options = {"lookup": args.lookup, **({"draft": "tree"} if args.tree else {})}
             calls = {"greedy": lambda: model.generate(ids, attention_mask=mask, max_new_tokens=args.max_new,
                                                       do_sample=False),
                      "shipped": lambda: generate(model, ids, attention_mask=mask, max_new_tokens=args.max_new,
                                                  **options),
-                     "variant": variant_call(args, model, ids, mask)}
+                     "variant": variant_call(args, model, ids, mask, options)}
             outputs = {name: call() for name, call in calls.items()}  # warm-up; every output must be greedy's
             if any(not torch.equal(out, outputs["greedy"]) for out in outputs.values()):
                 raise SystemExit(f"{workload}: an output differs from greedy's")

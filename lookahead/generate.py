@@ -25,6 +25,7 @@ from .decode.settings import (GenerationStats, Settings, check_supported, eos_ov
 from .index.build import RECYCLING, row_indexes
 from .index.recycle import Recycled
 from .target import make_target
+from .target.attention import packed_attention
 from .target.facts import ModelFacts
 
 __all__ = ["GenerationStats", "decode", "generate"]
@@ -159,6 +160,13 @@ def decode(model, input_ids, logits_processor, stopping_criteria, generation_con
     Returns:
         LongTensor [B, L + new], or an output object (`lookahead.decode.outputs`) with return_dict_in_generate.
     """
+    with packed_attention(model):  # a grouped-query model's verification forwards without copying its cache
+        return _decode(model, input_ids, logits_processor, stopping_criteria, generation_config, lookahead,
+                       inputs_tensor, **model_kwargs)
+
+
+def _decode(model, input_ids, logits_processor, stopping_criteria, generation_config, lookahead, inputs_tensor,
+            **model_kwargs):
     settings = lookahead if lookahead is not None else make_settings()
     check_supported(generation_config, model_kwargs)
     facts = ModelFacts.of(model)  # what the target, the policies and the checks need to know of the model

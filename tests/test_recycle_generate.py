@@ -91,7 +91,8 @@ def test_processors_and_recorded_scores_with_recycled_drafts(stories_model):
     out = generate(stories_model, ids, max_new_tokens=30, repetition_penalty=1.3, return_dict_in_generate=True,
                    output_scores=True, lookup="suffix+recycle", draft="tree", draft_cost=0)
     assert torch.equal(out.sequences, expected.sequences)
-    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(out.scores, expected.scores))
+    # a forward over several tokens rounds apart from one over one (fp32: about 2e-5 on these scores)
+    assert all(torch.allclose(a, b, atol=1e-4) for a, b in zip(out.scores, expected.scores))
 
 
 @pytest.mark.parametrize("kwargs, message", [

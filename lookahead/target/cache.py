@@ -2,11 +2,67 @@
 
 Rejected draft tokens cost nothing to undo: their keys/values sit at the end of the cache and are cut off.
 Sliding-window layers are told to record their past so that a rollback after a verification step is possible.
+Full-attention layers keep their keys and values in buffers with room to grow (`GrowingLayer`): transformers'
+dynamic layer concatenates, copying the whole layer at every step.
 """
 from __future__ import annotations
 
 import torch
 from transformers import DynamicCache, EncoderDecoderCache
+
+try:
+    from transformers.cache_utils import DynamicLayer
+except ImportError:  # older transformers: caches without layer objects
+    DynamicLayer = None
+
+HEADROOM = 256  # slots a buffer grows by at least
+
+
+class GrowingLayer(DynamicLayer or object):
+    """transformers' `DynamicLayer` whose keys and values are views [b, h, n, d] of buffers [b, h, capacity, d]:
+    a step writes its slots in place, and a buffer is copied only when it fills (to 1.5 times what it holds, plus
+    `HEADROOM`). Cutting (`crop`, `keep_slots`) narrows the views; the buffers stay."""
+
+    _room = None  # (keys, values) buffers
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs) -> tuple:
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        n, q = self.get_seq_length(), key_states.shape[-2]
+        if not self._backed() or n + q > self._room[0].shape[-2]:
+            self._grow(n + q, key_states, value_states)
+        keys, values = self._room
+        keys[..., n:n + q, :] = key_states
+        values[..., n:n + q, :] = value_states
+        self.keys, self.values = keys[..., :n + q, :], values[..., :n + q, :]
+        return self.keys, self.values
+
+    def _backed(self) -> bool:
+        """Whether the keys and values are the first slots of the buffers (not after a method that copied them)."""
+        if self._room is None:
+            return False
+        if self.keys.numel() == 0:
+            return True
+        return all(view.data_ptr() == room.data_ptr() and view.shape[:2] == room.shape[:2]
+                   and view.stride() == room.stride() for view, room in zip((self.keys, self.values), self._room))
+
+    def _grow(self, need: int, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        n, capacity = self.get_seq_length(), need + max(need // 2, HEADROOM)
+        room = []
+        for held, new in ((self.keys, key_states), (self.values, value_states)):
+            buffer = new.new_empty((*new.shape[:2], capacity, new.shape[-1]))
+            if n:
+                buffer[..., :n, :] = held
+            room.append(buffer)
+        self._room = tuple(room)
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        n = self.get_seq_length()
+        if n > 0 and self._backed():
+            self._room = tuple(room[indices, ...] for room in self._room)
+            self.keys, self.values = self._room[0][..., :n, :], self._room[1][..., :n, :]
+        else:
+            super().batch_select_indices(indices)
 
 
 def new_cache(model) -> DynamicCache:
@@ -23,7 +79,20 @@ def new_cache(model) -> DynamicCache:
         cache = DynamicCache()
     if hasattr(cache, "activate_past_recording"):
         cache.activate_past_recording()
+    _grow_in_place(cache)
     return cache
+
+
+def _grow_in_place(cache) -> None:
+    """Make the cache's full-attention layers `GrowingLayer`s (they hold nothing yet)."""
+    if DynamicLayer is None:
+        return
+    layers = getattr(cache, "layers", None) or []
+    for i, layer in enumerate(layers):
+        if type(layer) is DynamicLayer and not layer.is_initialized:
+            layers[i] = GrowingLayer()
+    if getattr(cache, "layer_class_to_replicate", None) is DynamicLayer:
+        cache.layer_class_to_replicate = GrowingLayer
 
 
 def rollback(cache, keep: int, length: int | None = None) -> None:

@@ -19,6 +19,7 @@ import torch
 from . import _validate as V
 from .decode.calibrate import budget, draft_cost
 from .decode.loop import Rows, assemble, make_run, run_loop, token_ids
+from .decode.policy import CostCurve
 from .decode.processing import max_new_tokens as _max_new
 from .decode.settings import (GenerationStats, Settings, check_supported, eos_override, hf_kwargs, make_settings,
                               refuse_assistant, with_stop_strings)
@@ -178,6 +179,8 @@ def _decode(model, input_ids, logits_processor, stopping_criteria, generation_co
                          settings.widest())
     cost = draft_cost(model, facts, settings, bool(generation_config.do_sample))
     settings = settings.resolved(_widths(target, cost), target.most)  # unset budgets fill what costs no more
+    if isinstance(cost, CostCurve) and input_ids.shape[0] == 1 and hasattr(target, "pad_to"):
+        target.pad_to(cost.pads_within(settings.widest()))  # to the widths that cost least (measured at batch 1)
     recycled = _recycled(model, facts, settings)
     run = make_run(facts, input_ids.shape[0], logits_processor, stopping_criteria, generation_config, settings, eos,
                    max_new, cost, target.argmax, recycled)

@@ -28,12 +28,13 @@ def test_static_matches_greedy(arch, draft):
 
 @pytest.fixture
 def same_drafts(monkeypatch):
-    """The static step fills drafts up to its width, the dynamic one up to the widest draft: here both fill as the
-    dynamic one, so that their drafts are the same."""
+    """The static step fills drafts up to its width, the dynamic one up to the widest draft or the width its cost
+    curve pads to: here both fill to the widest draft, so that their drafts are the same."""
     from lookahead.target.static import StaticCausalLM
     from lookahead.target.causal import CausalLM
 
-    monkeypatch.setattr(StaticCausalLM, "padded", staticmethod(CausalLM.padded))
+    monkeypatch.setattr(StaticCausalLM, "padded", staticmethod(lambda n: n))
+    monkeypatch.setattr(CausalLM, "pad_to", lambda self, pads: None)
 
 
 @pytest.mark.parametrize("kwargs", [dict(), dict(lookup="suffix"), dict(lookup="suffix", draft="tree"),

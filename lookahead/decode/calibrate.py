@@ -51,22 +51,35 @@ def forward_times(model, sizes=(1, 4, 8, 16, 32), context: int = 512, batch: int
 def measure_draft_cost(model, context: int = 512, batch: int = 1, max_tokens: int = 32) -> CostCurve:
     """The cost of verifying k = 0..max_tokens drafts on this machine, in one-token forwards (a `CostCurve`).
 
-    Times forwards over 1 + k new tokens for a spread of k (interpolated in between) after `context` cached tokens:
-    about 40 forwards. `CostCurve.linear()` gives the closest (overhead, per_token) pair.
+    Times forwards over 1 + k new tokens after `context` cached tokens for the widths `widths` gives (every width to
+    8, then every fourth: a CPU's matrix kernels work on blocks of rows, and a width off the block can cost far more
+    than the next one on it), about 60 forwards. The widths in between are not measured: a step pads past them to
+    the cheapest measured one (`CostCurve.pads`). `CostCurve.linear()` gives the closest (overhead, per_token) pair.
 
     Example:
-        >>> cost = measure_draft_cost(model)        # ~1.0 everywhere on a GPU; ~1.5-2.5 on a CPU
+        >>> cost = measure_draft_cost(model)        # ~1.0 everywhere on a GPU; ~1.4-2.5 on a CPU
         >>> generate(model, ids, lookup="suffix", draft="tree", draft_cost=cost)
     """
-    sizes = sorted({n for n in (1, 2, 3, 4, 5, 6, 8, 11, 16, 24, 33, 48, 64) if n <= max_tokens} | {1, max_tokens + 1})
+    sizes = widths(max_tokens + 1)
     limit = position_limit(model.config)
     if limit is not None and context + sizes[-1] > limit:  # learned positions: stay inside the table
         context = max(limit - sizes[-1], 1)
         if context + sizes[-1] > limit:
             raise ValueError(f"max_tokens={max_tokens} does not fit the model's position limit of {limit} tokens")
     times = forward_times(model, sizes, context, batch)
-    curve = np.interp(np.arange(1, max_tokens + 2), sizes, [times[n] for n in sizes])
-    return CostCurve(curve / curve[0])
+    curve = np.full(max_tokens + 1, np.inf)
+    for n in sizes:
+        curve[n - 1] = times[n] / times[1]
+    return CostCurve(curve)
+
+
+def widths(most: int) -> list:
+    """The forward widths (tokens) `measure_draft_cost` times, up to `most`: 1 to 8, every fourth, and `most`.
+
+    >>> widths(33)
+    [1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 20, 24, 28, 32, 33]
+    """
+    return sorted({n for n in [*range(1, 9), *range(12, most + 1, 4)] if n <= most} | {1, most})
 
 
 def measured_draft_cost(model, max_tokens: int) -> CostCurve:

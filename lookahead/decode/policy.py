@@ -22,25 +22,48 @@ K.warm_up()
 class CostCurve:
     """A measured verification cost: ``costs[k]`` is a forward verifying k drafts, in one-token forwards.
 
-    The curve is what `lookahead.decode.calibrate.measure_draft_cost` measures. It need not be linear, nor even increasing:
-    on a CPU a forward over 3 tokens can cost more than one over 8 (the matrix kernels change). Verifying k drafts
-    never needs to cost more than verifying more of them (pad the draft), so the curve used is the cheapest cost
-    of any k' >= k (and never less than a one-token forward). Beyond the measured range it grows by the slope fitted to the measured points.
+    The curve is what `lookahead.decode.calibrate.measure_draft_cost` measures. It need not be linear, nor even
+    increasing: on a CPU the matrix kernels work on blocks of rows, so a forward over 3 tokens can cost more than one
+    over 4 (SmolLM2-135M on an AMD EPYC: 1.93 and 1.39 one-token forwards). Verifying k drafts never needs to cost
+    more than verifying more of them (pad the step), so ``pads[k]`` is the number of drafts k' >= k whose forward
+    costs least (the widest of equals), and ``costs[k]`` is its cost (never less than a one-token forward). A cost
+    given as ``inf`` was not measured: steps pad past it. Beyond the curve the cost grows by the slope fitted to the
+    measured points.
 
     Example:
-        >>> CostCurve([1.0, 1.9, 2.2, 1.8]).costs.tolist()
-        [1.0, 1.8, 1.8, 1.8]
+        >>> curve = CostCurve([1.0, 1.9, 2.2, 1.8])
+        >>> curve.costs.tolist(), curve.pads.tolist()
+        ([1.0, 1.8, 1.8, 1.8], [0, 3, 3, 3])
     """
 
     def __init__(self, costs):
-        costs = np.asarray(costs, dtype=float)
-        if costs.ndim != 1 or len(costs) < 2 or not np.all(np.isfinite(costs)) or np.any(costs <= 0):
-            raise ValueError(f"a cost curve needs at least 2 positive costs (k = 0, 1, ...), got {costs!r}")
-        costs = costs / costs[0]
-        costs[1:] = np.maximum(np.minimum.accumulate(costs[1:][::-1])[::-1], 1.0)  # timing noise aside, never < 1
-        self.costs = costs
-        k = np.arange(1, len(self.costs))
-        self.slope = max(float(np.polyfit(k, self.costs[1:], 1)[0]), 0.0) if len(k) > 1 else 0.0
+        raw = np.asarray(costs, dtype=float)
+        if (raw.ndim != 1 or len(raw) < 2 or np.any(np.isnan(raw)) or not np.isfinite(raw[0])
+                or not np.isfinite(raw[-1]) or np.any(raw <= 0)):
+            raise ValueError(f"a cost curve needs at least 2 positive costs (k = 0, 1, ...), the first and the last "
+                             f"measured, got {costs!r}")
+        self.raw = raw
+        self.pads = self.pads_within(len(raw) - 1)
+        self.costs = np.concatenate([[1.0], np.maximum(raw[self.pads[1:]] / raw[0], 1.0)])  # timing noise aside
+        measured = np.flatnonzero(np.isfinite(raw[1:])) + 1
+        self.slope = (max(float(np.polyfit(measured, self.costs[measured], 1)[0]), 0.0) if len(measured) > 1
+                      else 0.0)
+
+    def pads_within(self, most: int) -> np.ndarray:
+        """[min(most, len - 1) + 1]: for each k the drafts k' in [k, most] whose forward costs least, the widest on
+        a tie (k itself where none of them was measured).
+
+        >>> CostCurve([1.0, 1.9, 2.2, 1.8, 2.0]).pads_within(2).tolist()
+        [0, 1, 2]
+        """
+        most = min(most, len(self.raw) - 1)
+        pads = np.arange(most + 1, dtype=np.int64)
+        best = most
+        for k in range(most, 0, -1):
+            if self.raw[k] < self.raw[best] or not np.isfinite(self.raw[best]):
+                best = k
+            pads[k] = best if np.isfinite(self.raw[best]) else k
+        return pads
 
     def __call__(self, k):
         k = np.asarray(k)
@@ -48,7 +71,7 @@ class CostCurve:
         return self.costs[np.minimum(k, last)] + self.slope * np.maximum(k - last, 0)
 
     def linear(self) -> tuple:
-        """The (overhead, per_token) line closest to the measured multi-token costs (least squares, clipped at 0)."""
+        """The (overhead, per_token) line closest to the multi-token costs (least squares, clipped at 0)."""
         k = np.arange(1, len(self.costs))
         if len(k) == 1:
             return max(float(self.costs[1]) - 1.0, 0.0), 0.0

@@ -34,6 +34,7 @@ class CausalLM:
 
     most = None  # most draft tokens or nodes a step verifies per row (None: as many as the budgets ask)
     argmax = staticmethod(argmax)  # scores -> their argmax on the host (greedy acceptance)
+    pads = None  # pads[n]: the drafts a step verifying n pads to, where it costs less (`pad_to`); None: n
 
     def __init__(self, model, facts: ModelFacts, input_ids: torch.Tensor, mask: torch.Tensor):
         self.model, self.facts, self.input_ids = model, facts, input_ids
@@ -44,6 +45,7 @@ class CausalLM:
         self.pos = mask.sum(-1).cpu().numpy()  # [b] position id of each row's next token
         self.on_host = mask.device.type == "cpu"  # kernels write the step's inputs and the mask in place; else the
         # mask is written on its device
+        self.held = 0  # the step's columns the cache holds past `width` until the commit
 
     @property
     def mask(self) -> torch.Tensor:
@@ -99,10 +101,15 @@ class CausalLM:
         """Per row: the prompt's real tokens."""
         return prompt_sources(self.input_ids, self.mask)
 
-    @staticmethod
-    def padded(n: int) -> int:
-        """Draft columns a forward verifying at most n per row computes: n (rows pad to the widest draft)."""
-        return n
+    def pad_to(self, pads) -> None:
+        """Pad each chain step verifying n drafts to pads[n] of them (a `CostCurve`'s `pads`: on a CPU a forward
+        over a few more tokens can cost less), with filler drafts where the rows hold fewer; the acceptance never
+        reads past a row's own drafts, so filler costs nothing but its columns."""
+        self.pads = np.asarray(pads, dtype=np.int64)
+
+    def padded(self, n: int) -> int:
+        """Draft columns a forward verifying at most n per row computes: the widest draft, or the width it pads to."""
+        return int(self.pads[n]) if self.pads is not None and n < len(self.pads) else n
 
     def prefill(self, stats) -> torch.Tensor:
         """Logits [b, 1, V] after each prompt."""
@@ -114,12 +121,15 @@ class CausalLM:
 
     def verify(self, last: np.ndarray, batch, stats) -> torch.Tensor:
         """One forward over [last token, draft nodes] of every row; the logits after each of them [b, N+1, V]."""
-        device = self._slots.device
+        device, width = self._slots.device, batch.width
+        if batch.chain and self.padded(width) > width:
+            batch = batch.widened(self.padded(width))
         tokens, positions, mask = self._chain_inputs(last, batch) if batch.chain else self._tree_inputs(last, batch)
         logits = self.model(input_ids=to_device(tokens, device), attention_mask=mask, use_cache=True,
                             position_ids=to_device(positions, device), **{self.facts.kv: self.cache}).logits
         stats.add_forward(len(last))
-        return logits
+        self.held = batch.width + 1
+        return logits[:, :width + 1]
 
     def verify_ids(self, last: np.ndarray, batch, stats) -> np.ndarray:
         """`verify`, then the argmax after the root and each draft node [b, N+1] as a host array (greedy without
@@ -132,10 +142,10 @@ class CausalLM:
         The slot mask holds the step's N + 1 columns first: a commit writes at most that many (the root and at most
         N accepted nodes), and a tree's step, unlike a chain's, writes none of them before."""
         start = self.width
-        self._room(batch.width + 1)
+        self._room(max(batch.width + 1, self.held))
         if verdict.in_place:  # chains, and trees whose first nodes were accepted in order: cut the rest
             width = self._kept(0, verdict.counts)
-            rollback(self.cache, start + width, start + batch.width + 1)
+            rollback(self.cache, start + width, start + max(batch.width + 1, self.held))
         else:
             slots = to_device(verdict.columns(), self._slots.device)  # [b, W]
             keep_slots(self.cache, start, slots)

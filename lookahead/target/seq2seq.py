@@ -39,7 +39,7 @@ class Seq2SeqLM:
         self.pending = [[] for _ in range(decoder_input_ids.shape[0])]  # verified tokens not in the cache, before last
         self._fed, self._start = None, 0
 
-    padded = staticmethod(CausalLM.padded)  # rows pad to the widest draft (and surplus)
+    padded = staticmethod(lambda n: n)  # rows pad to the widest draft (and surplus)
     most, argmax = CausalLM.most, staticmethod(argmax)
 
     def sources(self) -> list:

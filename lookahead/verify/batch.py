@@ -79,6 +79,14 @@ class DraftBatch:
         """Draft columns N (the forward verifies N + 1)."""
         return self.tokens.shape[1]
 
+    def widened(self, width: int) -> "DraftBatch":
+        """These chains with filler columns (token 0) up to `width` drafts; the rows' sizes stay theirs, so no
+        acceptance reads the filler."""
+        assert self.chain and width >= self.width, "only chains widen"
+        tokens = np.zeros((len(self.tokens), width), dtype=np.int64)
+        tokens[:, : self.width] = self.tokens
+        return DraftBatch(self.drafts, tokens, _chain_parents(*tokens.shape), self.sizes, True)
+
     @cached_property
     def ancestry(self) -> tuple:
         """(seen [b, N+1, N+1] ancestor-or-self of each column, depth [b, N+1])."""

@@ -5,11 +5,14 @@ Variants (`--variant`):
 - ``context``: the verification cost curve measured at each prompt's own context (plus 64) instead of the shipped
   ``"auto"`` curve (measured once at a 512-token context);
 - ``overhead``: the shipped curve plus `--extra` one-token forwards for every step that drafts;
-- ``prior``: `DraftLength`'s acceptance prior `--prior A,R` (pseudo-counts) instead of the shipped (3, 1).
+- ``prior``: `DraftLength`'s acceptance prior `--prior A,R` (pseudo-counts) instead of the shipped (3, 1);
+- ``unpadded``: chain steps verify the drafts they hold, without padding to the width the curve prices lowest
+  (`CausalLM.pad_to`).
 
     python benchmarks/real_policy.py --variant context
     python benchmarks/real_policy.py --variant overhead --extra 0.1
     python benchmarks/real_policy.py --variant prior --prior 1,1
+    python benchmarks/real_policy.py --variant unpadded --workloads spec-bench/reasoning summarization rag
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ from lookahead import generate, models
 from lookahead.bench.real_workloads import load
 from lookahead.decode import policy
 from lookahead.decode.calibrate import measure_draft_cost, measured_draft_cost
+from lookahead.target.causal import CausalLM
 
 WORKLOADS = ("spec-bench/reasoning", "spec-bench/math", "spec-bench/qa", "summarization", "code-edit")
 
@@ -39,6 +43,15 @@ def variant_call(args, model, ids, mask, options: dict):
         cost = policy.CostCurve(costs)
         return lambda: generate(model, ids, attention_mask=mask, max_new_tokens=args.max_new, draft_cost=cost,
                                 **options)
+    if args.variant == "unpadded":
+        def unpadded():
+            shipped = CausalLM.pad_to
+            CausalLM.pad_to = lambda self, pads: None
+            try:
+                return generate(model, ids, attention_mask=mask, max_new_tokens=args.max_new, **options)
+            finally:
+                CausalLM.pad_to = shipped
+        return unpadded
     prior = tuple(float(x) for x in args.prior.split(","))
     shipped = policy.DraftLength.__init__.__defaults__
 
@@ -53,7 +66,7 @@ def variant_call(args, model, ids, mask, options: dict):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--variant", choices=("context", "overhead", "prior"), required=True)
+    parser.add_argument("--variant", choices=("context", "overhead", "prior", "unpadded"), required=True)
     parser.add_argument("--extra", type=float, default=0.1, help="overhead: one-token forwards added per step")
     parser.add_argument("--prior", default="1,1", help="prior: accepted,rejected pseudo-counts")
     parser.add_argument("--lookup", default="ngram")

@@ -23,10 +23,10 @@ import torch
 
 from lookahead import SuffixIndex, models
 from lookahead.bench.real_workloads import WORKLOADS, load
-from lookahead.decode.calibrate import forward_times
+from lookahead.decode.calibrate import forward_times, widths
 from lookahead.decode.policy import CostCurve
 
-SIZES = (1, 2, 3, 4, 5, 6, 8, 11, 16, 24, 33)
+SIZES = tuple(widths(33))  # what `draft_cost="auto"` times; steps pad past the others
 
 
 def accepted(index_tokens: list, output: list, tree: bool) -> list:
@@ -92,7 +92,7 @@ def main() -> None:
             out = model.generate(torch.as_tensor(ids)[None], max_new_tokens=greedy["new_tokens"], do_sample=False)
         output = out[0, len(ids):].tolist()[: greedy["new_tokens"]]
         times = forward_times(model, SIZES, context=len(ids) + len(output) // 2)
-        curve = CostCurve(np.interp(np.arange(1, 34), SIZES, [times[n] for n in SIZES]))
+        curve = CostCurve([times[n] / times[1] if n in times else np.inf for n in range(1, 34)])
         per_token = (greedy["seconds"] - greedy["prefill"]) / max(len(output) - 1, 1)
         ceilings = []
         for tree in (False, True):

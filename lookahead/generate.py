@@ -79,9 +79,10 @@ def generate(
         draft_cost: what verification costs, as a fraction of a one-token forward: the cost of one more verified
             token, or a pair (overhead of any multi-token forward, cost per token); drafts and trees are only as
             large as the acceptance seen so far pays for (`lookahead.decode.policy`), then every row drafts up to the
-            columns the step computes anyway (the widest row's draft, a static step's width). "auto" measures the
-            cost of every draft size on this machine once per model (about 40 forwards,
-            `lookahead.decode.calibrate.measure_draft_cost`, which also returns a curve to pass here). Default:
+            columns the step computes anyway (the widest row's draft, a static step's width, or at batch 1 on a
+            measured curve the cheapest width at or above it). "auto" measures the cost of the draft sizes on this
+            machine once per model (about 60 forwards, `lookahead.decode.calibrate.measure_draft_cost`, which also
+            returns a curve to pass here). Default:
             "auto" for a greedy call of a decoder-only model on a CPU, (0.8, 0.08) for a sampling one (fixed, so that
             a seed always writes the same text), (0, 0.02) on an accelerator. 0 always drafts `num_draft_tokens`
             when there is a match.

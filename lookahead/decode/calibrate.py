@@ -129,7 +129,7 @@ def default_cost(facts: ModelFacts, sampling: bool = False):
     On a CPU what a multi-token forward costs depends on the model too much for one line: after a one-token forward
     (a matrix-vector product), 2 and 3 tokens cost 1.07-1.3x it on SmolLM2-135M but 1.66-2.10x on GPT-2-small's
     shape (benchmarks/RESULTS.md, "Real models"), so a greedy call measures it once per model, device, dtype and
-    thread count (`measured_draft_cost`, about 40 forwards). Drafts never change a greedy output; a sampling call's
+    thread count (`measured_draft_cost`, about 60 forwards). Drafts never change a greedy output; a sampling call's
     drafts decide which random numbers it draws, so it keeps a fixed line: the same seed writes the same text in
     every process, whatever a measurement would have said."""
     if facts.device.type != "cpu":

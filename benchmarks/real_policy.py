@@ -7,16 +7,20 @@ Variants (`--variant`):
 - ``overhead``: the shipped curve plus `--extra` one-token forwards for every step that drafts;
 - ``prior``: `DraftLength`'s acceptance prior `--prior A,R` (pseudo-counts) instead of the shipped (3, 1);
 - ``unpadded``: chain steps verify the drafts they hold, without padding to the width the curve prices lowest
-  (`CausalLM.pad_to`).
+  (`CausalLM.pad_to`);
+- ``unpacked``: the model's linear layers run transformers' `nn.Linear` in every forward, not the weights packed
+  for MKL (`lookahead.target.linear`), with a cost curve measured that way.
 
     python benchmarks/real_policy.py --variant context
     python benchmarks/real_policy.py --variant overhead --extra 0.1
     python benchmarks/real_policy.py --variant prior --prior 1,1
     python benchmarks/real_policy.py --variant unpadded --workloads spec-bench/reasoning summarization rag
+    python benchmarks/real_policy.py --variant unpacked --tree --lookup suffix
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
 
 import numpy as np
@@ -26,9 +30,21 @@ from lookahead import generate, models
 from lookahead.bench.real_workloads import load
 from lookahead.decode import policy
 from lookahead.decode.calibrate import measure_draft_cost, measured_draft_cost
+from lookahead.target import linear
 from lookahead.target.causal import CausalLM
 
 WORKLOADS = ("spec-bench/reasoning", "spec-bench/math", "spec-bench/qa", "summarization", "code-edit")
+
+
+@contextlib.contextmanager
+def unpacked():
+    """No model's linear layers packed inside the block."""
+    shipped = linear._packs_for
+    linear._packs_for = lambda model: None
+    try:
+        yield
+    finally:
+        linear._packs_for = shipped
 
 
 def variant_call(args, model, ids, mask, options: dict):
@@ -52,6 +68,15 @@ def variant_call(args, model, ids, mask, options: dict):
             finally:
                 CausalLM.pad_to = shipped
         return unpadded
+    if args.variant == "unpacked":
+        with unpacked():
+            cost = measure_draft_cost(model, max_tokens=measured_draft_cost(model, 20).costs.size - 1)
+
+        def plain():
+            with unpacked():
+                return generate(model, ids, attention_mask=mask, max_new_tokens=args.max_new, draft_cost=cost,
+                                **options)
+        return plain
     prior = tuple(float(x) for x in args.prior.split(","))
     shipped = policy.DraftLength.__init__.__defaults__
 
@@ -66,7 +91,7 @@ def variant_call(args, model, ids, mask, options: dict):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--variant", choices=("context", "overhead", "prior", "unpadded"), required=True)
+    parser.add_argument("--variant", choices=("context", "overhead", "prior", "unpadded", "unpacked"), required=True)
     parser.add_argument("--extra", type=float, default=0.1, help="overhead: one-token forwards added per step")
     parser.add_argument("--prior", default="1,1", help="prior: accepted,rejected pseudo-counts")
     parser.add_argument("--lookup", default="ngram")

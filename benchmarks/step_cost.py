@@ -1,7 +1,8 @@
 """What one verification forward costs on a real model: transformers' dynamic cache and sdpa attention against the
 cache and attention lookahead's calls run with (`lookahead.target.cache.GrowingLayer`: keys written in place instead
 of concatenated; `lookahead.target.attention.packed_sdpa`: grouped-query heads packed instead of the cache repeated
-per head), at several contexts and widths. Medians of forwards in turns (each setting once per round), milliseconds;
+per head; `lookahead.target.linear.packed_linears`: linear weights packed once for MKL), at several contexts and
+widths. Medians of forwards in turns (each setting once per round), milliseconds;
 the logits of each setting are compared with transformers' (max |difference|, argmax equal).
 
     python benchmarks/step_cost.py                        # SmolLM2-135M-Instruct, contexts 64 512 1800
@@ -20,11 +21,19 @@ from transformers import DynamicCache
 from lookahead import models
 from lookahead.target.attention import packed_attention
 from lookahead.target.cache import new_cache
+from lookahead.target.linear import packed_linears
 
-SETTINGS = {  # name -> (cache factory, attention context)
+@contextlib.contextmanager
+def _all_three(model):
+    with packed_attention(model), packed_linears(model):
+        yield
+
+
+SETTINGS = {  # name -> (cache factory, context the forwards run in)
     "transformers": (lambda model: DynamicCache(config=model.config), lambda model: contextlib.nullcontext()),
     "packed": (lambda model: DynamicCache(config=model.config), packed_attention),
     "packed+growing": (new_cache, packed_attention),
+    "+packed weights": (new_cache, _all_three),
 }
 
 
@@ -69,7 +78,7 @@ def main() -> None:
     model, _, note = models.load(args.model)
     print(f"{note}; torch threads {torch.get_num_threads()}; medians of {args.rounds} rounds, ms per forward\n")
     names = list(SETTINGS)
-    print("| context | width | " + " | ".join(names) + " | packed+growing ÷ transformers | max abs diff | argmax equal |")
+    print("| context | width | " + " | ".join(names) + " | last ÷ transformers | max abs diff | argmax equal |")
     print("| ---: | ---: |" + " ---: |" * len(names) + " ---: | ---: | --- |")
     with torch.inference_mode():
         for context in args.contexts:

@@ -13,6 +13,8 @@ part lives in is in docs/architecture.md.
 """
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import torch
 
@@ -27,6 +29,8 @@ from .index.build import RECYCLING, row_indexes
 from .index.recycle import Recycled
 from .target import make_target
 from .target.attention import packed_attention
+from .target.linear import packed_linears
+from .target.static import compiles_on_cpu
 from .target.facts import ModelFacts
 
 __all__ = ["GenerationStats", "decode", "generate"]
@@ -162,7 +166,8 @@ def decode(model, input_ids, logits_processor, stopping_criteria, generation_con
     Returns:
         LongTensor [B, L + new], or an output object (`lookahead.decode.outputs`) with return_dict_in_generate.
     """
-    with packed_attention(model):  # a grouped-query model's verification forwards without copying its cache
+    linears = contextlib.nullcontext() if compiles_on_cpu(generation_config) else packed_linears(model)
+    with packed_attention(model), linears:  # without copying the cache per head, nor the weights per forward
         return _decode(model, input_ids, logits_processor, stopping_criteria, generation_config, lookahead,
                        inputs_tensor, **model_kwargs)
 

@@ -15,7 +15,9 @@ import weakref
 import numpy as np
 import torch
 
+from ..target.attention import packed_attention
 from ..target.cache import new_cache, rollback
+from ..target.linear import packed_linears
 from ..target.facts import ModelFacts, cache_kwarg, position_limit
 from .policy import CostCurve, as_cost
 from .settings import DRAFT_TOKENS
@@ -34,7 +36,7 @@ def forward_times(model, sizes=(1, 4, 8, 16, 32), context: int = 512, batch: int
     g = torch.Generator().manual_seed(0)
     samples = {n: [] for n in sizes}
     kv = cache_kwarg(model)
-    with torch.inference_mode():
+    with torch.inference_mode(), packed_attention(model), packed_linears(model):  # as a call's forwards run (`decode`)
         cache = new_cache(model)
         model(input_ids=torch.randint(0, vocab, (batch, context), generator=g).to(device), **{kv: cache},
               use_cache=True)

@@ -430,6 +430,13 @@ def clear(model) -> None:
     _STATES.pop(model, None)
 
 
+def compiles_on_cpu(config) -> bool:
+    """Whether a call's config asks for a compiled static step, which a CPU runs only when given a compile_config
+    (`static_mode`): such a step traces the model's layers once, so they must stay as they were traced."""
+    return (getattr(config, "cache_implementation", None) == "static" and not getattr(config, "disable_compile", False)
+            and getattr(config, "compile_config", None) is not None)
+
+
 def static_mode(facts: ModelFacts, config) -> tuple | None:
     """How a decoder-only call runs (its model's `ModelFacts`, the call's generation config): None for the dynamic
     cache, else (graphs, compile_config) of the static one.

@@ -17,6 +17,7 @@ memory, other dtypes, other devices, modules that override `forward` and torch b
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import time
 import weakref
@@ -28,6 +29,7 @@ ROWS = 16  # row counts above this go to the plain kernel (as fast there); weigh
 # which serves fewer rows as well (packed for one row, MKL's layout is slower from two rows up)
 SAMPLE_BYTES = 48 << 20  # the layers timed to choose a kernel per row count: about this much weight, and the largest
 _PACKS: "weakref.WeakKeyDictionary[nn.Module, _Packs]" = weakref.WeakKeyDictionary()
+logger = logging.getLogger(__name__)
 
 
 def available() -> bool:
@@ -105,7 +107,10 @@ class _Packs:
                 self.keys[i] = key
         threads = torch.get_num_threads()
         if threads not in self.faster:
+            start = time.perf_counter()
             self.faster[threads] = _faster_rows(self.layers, self.packed)
+            logger.info("lookahead: timed packed linear weights in %.1f s (%d threads): packed at %s rows",
+                        time.perf_counter() - start, threads, sorted(self.faster[threads]) or "no")
 
     def install(self):
         rows = frozenset(self.faster[torch.get_num_threads()])

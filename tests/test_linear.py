@@ -140,3 +140,12 @@ def test_calls_with_packed_layers_stay_lossless(every_row, arch, draft):
     assert torch.equal(got, want)
     assert seen and all(seen)
     assert "forward" not in model.lm_head.__dict__
+
+
+@pytest.mark.parametrize("physical,free", [(4 << 20, 1 << 40), (1 << 40, 64 << 10), (0, 0)])
+def test_weights_too_large_for_the_memory_are_left_alone(every_row, monkeypatch, physical, free):
+    """Weights over a quarter of the machine's memory, or half of what is free (or memory unknown): no packing."""
+    monkeypatch.setattr(linear, "_memory", lambda: (physical, free))
+    model = torch.nn.Sequential(torch.nn.Linear(512, 1024))  # 2 MiB of weights
+    with packed_linears(model):
+        assert "forward" not in model[0].__dict__

@@ -12,7 +12,7 @@ kernel's in the last bits, as any multi-token forward does from a one-token one.
 
 The packed copies cost about as much memory as the layers' weights; they are kept while the model lives (a weak
 reference) and packed anew when a weight changes. Models whose fp32 linear weights exceed a quarter of the machine's
-memory, other dtypes, other devices, modules that override `forward` and torch builds without MKL run unchanged.
+memory or half of what is free, other dtypes, other devices, modules that override `forward` and torch builds without MKL run unchanged.
 """
 from __future__ import annotations
 
@@ -78,14 +78,17 @@ def _eligible(model) -> list:
     layers = [m for m in model.modules() if type(m) is nn.Linear and "forward" not in m.__dict__
               and m.weight.dtype == torch.float32 and m.weight.device.type == "cpu" and m.weight.dim() == 2]
     total = sum(m.weight.numel() * 4 for m in layers)
-    return layers if total and total <= _memory() // 4 else []
+    physical, free = _memory()
+    return layers if total and total <= physical // 4 and total <= free // 2 else []
 
 
-def _memory() -> int:
+def _memory() -> tuple:
+    """(physical, available) bytes of memory; (0, 0) where the system does not say."""
     try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        page = os.sysconf("SC_PAGE_SIZE")
+        return page * os.sysconf("SC_PHYS_PAGES"), page * os.sysconf("SC_AVPHYS_PAGES")
     except (ValueError, OSError, AttributeError):
-        return 0
+        return 0, 0
 
 
 class _Packs:

@@ -149,3 +149,16 @@ def test_weights_too_large_for_the_memory_are_left_alone(every_row, monkeypatch,
     model = torch.nn.Sequential(torch.nn.Linear(512, 1024))  # 2 MiB of weights
     with packed_linears(model):
         assert "forward" not in model[0].__dict__
+
+
+def test_a_forward_set_on_a_layer_after_packing_is_kept(every_row):
+    """A layer that gets its own forward (a hook library's) after the first block keeps it through later blocks."""
+    layer = torch.nn.Linear(8, 4)
+    model = torch.nn.Sequential(layer)
+    with packed_linears(model):
+        pass
+    own = lambda x: x.sum(-1, keepdim=True).expand(*x.shape[:-1], 4)  # noqa: E731
+    layer.forward = own
+    with packed_linears(model):
+        assert layer.__dict__["forward"] is own
+    assert layer.__dict__["forward"] is own

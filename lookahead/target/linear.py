@@ -1,18 +1,19 @@
 """Linear layers for verification forwards on a CPU, with weights packed once for MKL.
 
-A verification forward multiplies a few rows (the step's tokens) by every weight matrix. For such a product MKL's
-`sgemm` repacks the whole weight matrix on every call from about 4 rows up, so a forward over 4-12 tokens reads the
-weights twice: on SmolLM2-135M (2-core Xeon, 512 tokens cached) a forward over 8 tokens cost 1.71 one-token forwards
-with transformers' `nn.Linear` and 1.39 with the weights packed once (`cblas_sgemm_pack`, which torch exposes as
+A verification forward multiplies a few rows (the step's tokens) by every weight matrix. Handed a plain weight, MKL's
+`sgemm` copies it into its own blocked layout inside every product from about 4 rows up, so a forward over 4-12
+tokens reads the weights twice: on SmolLM2-135M (2-core Xeon, 512 tokens cached) a forward over 8 tokens took 60.0 ms
+with transformers' `nn.Linear` and 48.3 ms with the weights packed once (`cblas_sgemm_pack`, which torch exposes as
 `torch.ops.mkl._mkl_reorder_linear_weight` and uses from its own compiler); benchmarks/RESULTS.md, "Step cost".
-Which kernel is faster depends on the rows and the CPU (from 16 rows the plain one is as fast again), so
-`packed_linears(model)` measures both on a sample of the model's layers once per model and thread count and routes
+Which kernel is faster depends on the rows and the CPU (at 1-3 rows and from 16 the plain one is as fast or faster),
+so `packed_linears(model)` times both on a sample of the model's layers once per model and thread count and routes
 each row count to the faster one. The result is the same product summed in another order: it differs from the plain
 kernel's in the last bits, as any multi-token forward does from a one-token one.
 
 The packed copies cost about as much memory as the layers' weights; they are kept while the model lives (a weak
 reference) and packed anew when a weight changes. Models whose fp32 linear weights exceed a quarter of the machine's
-memory or half of what is free, other dtypes, other devices, modules that override `forward` and torch builds without MKL run unchanged.
+memory or half of what is free, other dtypes, other devices, modules that override `forward` and torch builds
+without MKL run unchanged.
 """
 from __future__ import annotations
 
@@ -99,6 +100,7 @@ class _Packs:
         self.keys = [None] * len(layers)  # (data pointer, version) of each weight when it was packed
         self.packed = [None] * len(layers)
         self.faster = {}  # thread count -> set of row counts
+        self.installed = []  # (layer, the forward set on it) while a block runs
         self.active = False
 
     def refresh(self):
@@ -117,19 +119,25 @@ class _Packs:
 
     def install(self):
         rows = frozenset(self.faster[torch.get_num_threads()])
+        self.installed = []
         if not rows:
             return
         for m, packed in zip(self.layers, self.packed):
-            m.forward = _forward(m, packed, rows)
+            if "forward" not in m.__dict__:  # a layer given its own forward since (a hook) keeps it
+                m.forward = _forward(m, packed, rows)
+                self.installed.append((m, m.forward))
         self.active = True
 
     def remove(self):
-        for m in self.layers:
-            m.__dict__.pop("forward", None)
+        for m, forward in self.installed:
+            if m.__dict__.get("forward") is forward:
+                del m.__dict__["forward"]
+        self.installed = []
         self.active = False
 
 
 def _forward(layer: nn.Linear, packed: torch.Tensor, rows: frozenset):
+    """The layer's forward: the packed kernel for an fp32 input of `rows` rows without autograd, else its own."""
     weight, bias = layer.weight, layer.bias
 
     def forward(x):
@@ -144,12 +152,12 @@ def _forward(layer: nn.Linear, packed: torch.Tensor, rows: frozenset):
 def _faster_rows(layers, packed, rounds: int = 2) -> set:
     """The row counts 1..ROWS at which the packed kernel beats the plain one on a sample of the layers (the largest
     and the first ones up to `SAMPLE_BYTES` of weights): best of `rounds` runs in turns after one to warm up."""
-    order = sorted(range(len(layers)), key=lambda i: -layers[i].weight.numel())[:1]
-    size = layers[order[0]].weight.numel() * 4
+    largest = max(range(len(layers)), key=lambda i: layers[i].weight.numel())
+    order, size = [largest], layers[largest].weight.numel() * 4
     for i in range(len(layers)):
         if size >= SAMPLE_BYTES:
             break
-        if i not in order:
+        if i != largest:
             order.append(i)
             size += layers[i].weight.numel() * 4
     g = torch.Generator().manual_seed(0)

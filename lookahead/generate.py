@@ -29,9 +29,9 @@ from .index.build import RECYCLING, row_indexes
 from .index.recycle import Recycled
 from .target import make_target
 from .target.attention import packed_attention
+from .target.facts import ModelFacts
 from .target.linear import packed_linears
 from .target.static import compiles_on_cpu
-from .target.facts import ModelFacts
 
 __all__ = ["GenerationStats", "decode", "generate"]
 

@@ -17,8 +17,8 @@ import torch
 
 from ..target.attention import packed_attention
 from ..target.cache import new_cache, rollback
-from ..target.linear import packed_linears
 from ..target.facts import ModelFacts, cache_kwarg, position_limit
+from ..target.linear import packed_linears
 from .policy import CostCurve, as_cost
 from .settings import DRAFT_TOKENS
 

@@ -23,6 +23,7 @@ from lookahead.target.attention import packed_attention
 from lookahead.target.cache import new_cache
 from lookahead.target.linear import packed_linears
 
+
 @contextlib.contextmanager
 def _all_three(model):
     with packed_attention(model), packed_linears(model):

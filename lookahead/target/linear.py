@@ -101,7 +101,6 @@ class _Packs:
         self.packed = [None] * len(layers)
         self.faster = {}  # thread count -> set of row counts
         self.installed = []  # (layer, the forward set on it) while a block runs
-        self.active = False
 
     def refresh(self):
         for i, m in enumerate(self.layers):
@@ -126,14 +125,17 @@ class _Packs:
             if "forward" not in m.__dict__:  # a layer given its own forward since (a hook) keeps it
                 m.forward = _forward(m, packed, rows)
                 self.installed.append((m, m.forward))
-        self.active = True
 
     def remove(self):
         for m, forward in self.installed:
             if m.__dict__.get("forward") is forward:
                 del m.__dict__["forward"]
         self.installed = []
-        self.active = False
+
+    @property
+    def active(self) -> bool:
+        """Whether a block has the packed forwards set (a nested block then leaves them to it)."""
+        return bool(self.installed)
 
 
 def _forward(layer: nn.Linear, packed: torch.Tensor, rows: frozenset):

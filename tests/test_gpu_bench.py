@@ -257,3 +257,23 @@ def test_gpu_steps_rules_each_draft_and_the_fill_never_costs_steps():
         handle.remove()
     unfilled, filled, default = counts
     assert default <= filled <= unfilled < 47
+
+
+def _row(method: str, ms: float, workload: str = "summarization") -> gpu.Row:
+    return gpu.Row(workload, 1, method, (ms, ms, ms), {"host share": 0.1}, 128, 30, 0, 0.0, 0)
+
+
+def test_fastest_greedy_is_whichever_greedy_ran():
+    """Without eager greedy in --methods, the compiled static greedy is the baseline, and a target whose baseline did
+    not run gets no verdict (the H200 run of 11bbd65 printed '—' for every method and failed each target)."""
+    rows = [_row("hf-greedy-static", 3.0), _row("lookahead-ngram-static", 0.75)]
+    gpu.add_ratios(rows)
+    assert rows[1].ratios["fastest"] == pytest.approx(4.0)
+    assert np.isnan(rows[1].ratios["greedy"])
+    assert [cells["lookahead-ngram-static"] for what, cells in gpu.targets(rows) if "fastest" in what] == [(4.0, True)]
+    rows = [_row("hf-greedy", 16.0), _row("lookahead-ngram", 2.0)]        # only eager greedy ran
+    gpu.add_ratios(rows)
+    assert rows[1].ratios["fastest"] == pytest.approx(8.0)
+    rows = [_row("hf-prompt-lookup-2", 5.0), _row("lookahead-ngram", 1.0)]  # no greedy: no speedup target
+    gpu.add_ratios(rows)
+    assert all("fastest" not in what for what, _ in gpu.targets(rows))

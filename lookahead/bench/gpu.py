@@ -154,7 +154,8 @@ def add_ratios(rows: list) -> None:
     by = {(r.workload, r.batch, r.method): r.ms_per_token[0] for r in rows}
     for r in rows:
         greedy = by.get((r.workload, r.batch, GREEDY), np.nan)
-        fastest = min(greedy, by.get((r.workload, r.batch, STATIC), np.inf))
+        ran = [by[key] for key in ((r.workload, r.batch, GREEDY), (r.workload, r.batch, STATIC)) if key in by]
+        fastest = min(ran, default=np.nan)  # whichever greedy ran: min() with a NaN first would give NaN
         r.ratios = {"greedy": greedy / r.ms_per_token[0], "fastest": fastest / r.ms_per_token[0],
                     LOOKUP: by.get((r.workload, r.batch, LOOKUP), np.nan) / r.ms_per_token[0]}
 
@@ -166,7 +167,8 @@ def targets(rows: list) -> list:
     out = []
     for workload, batch, what, baseline, least in TARGETS:
         cells = {m: (by[workload, batch, m].ratios[baseline], by[workload, batch, m].ratios[baseline] >= least)
-                 for m in LOOKAHEAD if (workload, batch, m) in by}
+                 for m in LOOKAHEAD if (workload, batch, m) in by
+                 and np.isfinite(by[workload, batch, m].ratios[baseline])}  # no baseline ran: no verdict
         if cells:
             out.append((f"{workload}, batch {batch}: >= {least:g}{what}", cells))
     for workload in dict.fromkeys(r.workload for r in rows):

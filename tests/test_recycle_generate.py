@@ -4,6 +4,8 @@ calls); sampling is exact in law; the predictions learned are kept by a `Memory`
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lookahead import Memory, generate
 from models import repeated_prompt, tiny_model
@@ -125,3 +127,37 @@ def test_top_k_gives_the_distributions_head():
     want = torch.softmax(logits, -1).topk(4, -1)
     assert torch.equal(ids, want.indices) and torch.allclose(probs, want.values)
     assert top_k(logits[..., :3], 4)[0].shape == (2, 3, 3)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 3), st.integers(1, 700), st.integers(1, 12), st.integers(0, 2**31 - 1), st.booleans())
+def test_chunked_topk_finds_torch_topk(rows, vocab, k, seed, ties):
+    """`chunked_topk` over chunks of 16 gives torch.topk's values, largest first, and ids that hold them (ties
+    included: logits drawn from a few values), at any vocabulary and k (more than the chunks: torch's own)."""
+    from lookahead.decode.recycling import chunked_topk
+
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randint(0, 4, (rows, 2, vocab), generator=g).float() if ties else \
+        torch.randn(rows, 2, vocab, generator=g)
+    k = min(k, vocab)
+    values, ids = chunked_topk(logits, k, chunk=16)
+    want = logits.topk(k, dim=-1)
+    assert torch.equal(values, want.values)
+    assert torch.equal(logits.gather(-1, ids), values)
+    assert all(len(set(r)) == k for r in ids.reshape(-1, k).tolist())  # k distinct tokens
+    if not ties:
+        assert torch.equal(ids, want.indices)
+
+
+def test_top_k_on_a_large_vocabulary_takes_the_chunked_path():
+    """Over 49,152 tokens (SmolLM2's) `top_k` gives the same head as softmax + topk, bf16 included."""
+    from lookahead.decode.recycling import top_k
+
+    logits = torch.randn(1, 9, 49152, generator=torch.Generator().manual_seed(1))
+    for dtype in (torch.float32, torch.bfloat16):
+        ids, probs = top_k(logits.to(dtype), 8)
+        want = torch.softmax(logits.to(dtype).float(), -1).topk(8, -1)
+        assert torch.equal(probs, probs.sort(-1, descending=True).values)
+        assert torch.allclose(probs, want.values, rtol=1e-5)
+        if dtype == torch.float32:
+            assert torch.equal(ids, want.indices)

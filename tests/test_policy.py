@@ -118,19 +118,44 @@ def test_draft_length_kernels_match_the_numpy_rule(steps, cost, batch):
 
 
 @settings(max_examples=80, deadline=None)
-@given(tree=best_first_trees(), depth=st.integers(0, 6), seen=st.lists(st.integers(0, 20), min_size=12, max_size=12),
+@given(tree=best_first_trees(), seen=st.lists(st.integers(0, 20), min_size=12, max_size=12),
        cost=st.sampled_from([0.05, (0.8, 0.08), (0.0, 0.3)]))
-def test_tree_size_kernel_matches_the_calibrated_rule(tree, depth, seen, cost):
-    """The tree keeps the best-first n nodes maximizing calibrated expected tokens per cost, at least its first
-    path `depth` deep."""
+def test_tree_size_kernel_matches_the_calibrated_rule(tree, seen, cost):
+    """The tree's first n nodes maximizing calibrated expected tokens per cost."""
     parents, probs = tree
     cal = TreeCalibration()
     cal.seen[:] = seen
     cal.accepted[:] = np.array(seen) // 2
     costs = np.asarray(step_cost(as_cost(cost), np.arange(len(probs) + 1)), dtype=float)
+    assert K.tree_size(probs, cal.EDGES, cal.accepted, cal.seen, cal.prior, costs) == best_size(cal(probs), cost)
+
+
+@settings(max_examples=150, deadline=None)
+@given(tree=best_first_trees(), count=st.integers(0, 14), least=st.integers(0, 14), depth=st.integers(0, 6),
+       whole=st.booleans())
+def test_tree_pick_verifies_the_paying_nodes_and_the_chain_floor(tree, count, least, depth, whole):
+    """A step verifies the tree's first `count` nodes, its first path `depth` deep (only the path, not the nodes
+    valued above its end; with `whole`, those too), then more first nodes up to `least` in all; the picked nodes
+    form a tree (every parent picked) whose first path is the same chain."""
+    from lookahead.index.draft import Draft
+
+    parents, probs = tree
+    n = len(parents)
     path = first_path(parents, depth)
-    expected = max(best_size(cal(probs), cost), path[-1] + 1 if path else 0)
-    assert K.tree_size(probs, parents, depth, cal.EDGES, cal.accepted, cal.seen, cal.prior, costs) == expected
+    first = max(min(count, n), path[-1] + 1 if whole and path else 0)
+    with_first = lambda c: set(range(c)) | set(path)  # noqa: E731
+    most = max(len(with_first(first)), min(least, n))
+    c = max(c for c in range(first, n + 1) if c == first or len(with_first(c)) <= most)
+    pick, scratch = np.empty(n, np.int64), np.empty(n, np.int64)
+    total = K.tree_pick(parents, count, least, depth, whole, pick, scratch)
+    assert pick[:total].tolist() == sorted(with_first(c))
+    assert all(parents[j] < 0 or parents[j] in set(pick[:total].tolist()) for j in pick[:total])
+    taken = Draft(np.arange(n) + 100, parents, probs).take(pick[:total])
+    assert [taken.tokens[j] - 100 for j in first_path(taken.parents, depth)] == path
+    out = [np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n)]
+    K.pack_picked(np.arange(n) + 100, parents, probs, pick, total, *out, np.empty(n, np.int64))
+    assert out[0][:total].tolist() == taken.tokens.tolist() and out[1][:total].tolist() == taken.parents.tolist()
+    assert out[2][:total].tolist() == taken.probs.tolist()
 
 
 @settings(max_examples=80, deadline=None)

@@ -26,7 +26,7 @@ from ..index import _kernels as NK
 from ..index import _suffix_build as SB
 from ..index._suffix_draft import Scratch, suffix_chain, suffix_tree
 from ..verify._kernels import greedy_tree
-from ._policy_kernels import choose, record, tree_record, tree_size
+from ._policy_kernels import choose, pack_picked, record, tree_pick, tree_record, tree_size
 
 PTR, RUN = NK.PTR, NK.RUN
 
@@ -207,7 +207,7 @@ def _gain(k, tokens, path, count, bonus, eos, max_new, lens, out, last, done):
 def draft_trees(automata, scratches, lens, max_new, max_nodes, pads, edges, accepted, rejected, version, costs, table,
                 seen, cal_edges, cal_accepted, cal_seen, prior, step_costs, tokens, parents, probs, sizes, matches,
                 depths, nodes):
-    """Each row's best-first tree, cut to the size that pays and never below the chain floor (`TreeSizing.draft`),
+    """Each row's best-first tree, its nodes that pay and the chain floor's path (`TreeSizing.draft`, `tree_pick`),
     packed into tokens, parents [r, >= max_nodes] (padding: 0, children of the root; a row writes at most their
     width) and probs, with sizes [r], the match behind it and the floor's depth (depths [r]); nodes [r] is scratch.
     pads [max_nodes + 1], step_costs [max_nodes + 1]. Returns the widest tree."""
@@ -216,19 +216,19 @@ def draft_trees(automata, scratches, lens, max_new, max_nodes, pads, edges, acce
         matches[k] = _suffix_match(automata[k])
     choose(matches, edges, accepted, rejected, version, costs, table, seen, depths)
     top, most = 0, min(max_nodes, tokens.shape[1])
+    best, pick, path, remap = np.empty(r, np.int64), np.empty(most, np.int64), np.empty(most, np.int64), \
+        np.empty(most, np.int64)
     for k in range(r):
         nodes[k] = suffix_tree(automata[k], scratches[k], max(min(most, max_new - 1 - lens[k]), 0))
         buf = Scratch(*scratches[k])
-        sizes[k] = tree_size(buf.probs[:nodes[k]], buf.tree[1, :nodes[k]], depths[k], cal_edges, cal_accepted,
-                             cal_seen, prior, step_costs)
-        top = max(top, sizes[k])
+        best[k] = tree_size(buf.probs[:nodes[k]], cal_edges, cal_accepted, cal_seen, prior, step_costs)
+        top = max(top, tree_pick(buf.tree[1, :nodes[k]], best[k], 0, depths[k], False, pick, path))
     fill = min(pads[top], most)  # the nodes the step's forward verifies anyway
     widest = 0
     for k in range(r):
-        sizes[k] = min(nodes[k], max(sizes[k], fill))
         buf = Scratch(*scratches[k])
-        for j in range(sizes[k]):
-            tokens[k, j], parents[k, j], probs[k, j] = buf.tree[0, j], buf.tree[1, j], buf.probs[j]
+        sizes[k] = tree_pick(buf.tree[1, :nodes[k]], best[k], fill, depths[k], False, pick, path)
+        pack_picked(buf.tree[0], buf.tree[1], buf.probs, pick, sizes[k], tokens[k], parents[k], probs[k], remap)
         widest = max(widest, sizes[k])
     for k in range(r):
         for j in range(sizes[k], widest):

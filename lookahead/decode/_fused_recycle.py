@@ -13,7 +13,7 @@ from numba import njit
 from ..index._recycle_kernels import LAST, PENDING, PREV, advance, merged_tree, update_step
 from ..index._suffix_draft import Scratch, suffix_tree
 from ._fused_kernels import _suffix_match, accept_trees, suffix_room
-from ._policy_kernels import choose, tree_size
+from ._policy_kernels import choose, pack_picked, tree_pick, tree_size
 
 
 @njit(cache=True)
@@ -53,20 +53,20 @@ def draft_recycle_trees(automata, scratches, rows, m, keep, lens, max_new, max_n
         matches[k] = _match(automata[k], m[0], rows[k][9])
     choose(matches, edges, accepted, rejected, version, costs, table, seen, depths)
     top = 0
+    best, pick, path, remap = np.empty(r, np.int64), np.empty(max_nodes, np.int64), np.empty(max_nodes, np.int64), \
+        np.empty(max_nodes, np.int64)
     for k in range(r):
         nodes[k] = _propose(automata[k], scratches[k], rows[k], m, keep,
                             max(min(max_nodes, max_new - 1 - lens[k]), 0))
         out, est = rows[k][7], rows[k][8]
-        sizes[k] = tree_size(est[1, :nodes[k]], out[1, :nodes[k]], depths[k], cal_edges, cal_accepted, cal_seen,
-                             prior, step_costs)
-        top = max(top, sizes[k])
+        best[k] = tree_size(est[1, :nodes[k]], cal_edges, cal_accepted, cal_seen, prior, step_costs)
+        top = max(top, tree_pick(out[1, :nodes[k]], best[k], 0, depths[k], True, pick, path))
     fill = min(pads[top], max_nodes)  # the nodes the step's forward verifies anyway
     widest = 0
     for k in range(r):
-        sizes[k] = min(nodes[k], max(sizes[k], fill))
         out, est = rows[k][7], rows[k][8]
-        for j in range(sizes[k]):
-            tokens[k, j], parents[k, j], probs[k, j] = out[0, j], out[1, j], est[1, j]
+        sizes[k] = tree_pick(out[1, :nodes[k]], best[k], fill, depths[k], True, pick, path)
+        pack_picked(out[0], out[1], est[1], pick, sizes[k], tokens[k], parents[k], probs[k], remap)
         widest = max(widest, sizes[k])
     for k in range(r):
         for j in range(sizes[k], widest):

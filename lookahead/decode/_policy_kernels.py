@@ -84,14 +84,10 @@ def record(matches, drafted, counts, edges, accepted, rejected, version):
 
 
 @njit(cache=True)
-def tree_size(probs, parents, depth, edges, accepted, seen, prior, costs):
-    """How many of a best-first tree's nodes to verify: the n maximizing (1 + c_1 + ... + c_n) / costs[n], c the
-    nodes' calibrated probabilities (the bin's acceptance shrunk towards the estimate by `prior` observations, kept
-    non-increasing), never fewer than hold the tree's first path `depth` deep (the chain `DraftLength` drafts).
-    probs, parents [n]; costs [>= n+1]. Writes only its own first path buffer [n]."""
-    path = np.empty(parents.shape[0], dtype=np.int64)
-    m = first_path(parents, depth, path)
-    floor = path[m - 1] + 1 if m else 0
+def tree_size(probs, edges, accepted, seen, prior, costs):
+    """How many of a best-first tree's first nodes pay for their verification: the n maximizing
+    (1 + c_1 + ... + c_n) / costs[n], c the nodes' calibrated probabilities (the bin's acceptance shrunk towards the
+    estimate by `prior` observations, kept non-increasing). probs [n]; costs [>= n+1]."""
     gain, best, best_value, low = 1.0, 0, 1.0 / costs[0], 1.0
     for j in range(probs.shape[0]):
         b = bucket(edges, probs[j])
@@ -100,7 +96,53 @@ def tree_size(probs, parents, depth, edges, accepted, seen, prior, costs):
         value = gain / costs[j + 1]
         if value > best_value:
             best, best_value = j + 1, value
-    return max(best, floor)
+    return best
+
+
+@njit(cache=True)
+def _picked(path, m, count):
+    """Nodes verified with the first `count` best-first nodes and the first path's m nodes (path ascending)."""
+    extra = 0
+    for a in range(m):
+        extra += path[a] >= count
+    return count + extra
+
+
+@njit(cache=True)
+def tree_pick(parents, count, least, depth, whole, pick, path):
+    """The nodes of a best-first tree that a step verifies, ascending into pick [>= n] (n = len(parents)); returns
+    how many. They are its first `count` nodes (`tree_size`), the nodes of its first path at most `depth` deep past
+    them (the chain `DraftLength` drafts, the floor: that chain itself, not every node valued above its end; with
+    `whole`, every node up to the chain's end), and more of its first nodes while the step verifies no more than
+    `least` (the width its forward computes anyway). A node's parent comes before it in pick, as in the tree.
+    path [>= n] is scratch."""
+    n = parents.shape[0]
+    m = first_path(parents, depth, path)
+    c = min(count, n)
+    if whole and m:
+        c = max(c, path[m - 1] + 1)
+    most = max(_picked(path, m, c), min(least, n))
+    while c < n and _picked(path, m, c + 1) <= most:
+        c += 1
+    for j in range(c):
+        pick[j] = j
+    total = c
+    for a in range(m):
+        if path[a] >= c:
+            pick[total] = path[a]
+            total += 1
+    return total
+
+
+@njit(cache=True)
+def pack_picked(tokens, parents, probs, pick, total, out_tokens, out_parents, out_probs, remap):
+    """The picked nodes (`tree_pick`) of a tree [n] packed into out_ [>= total], their parents renumbered; remap [n]
+    is scratch."""
+    for j in range(total):
+        src = pick[j]
+        remap[src] = j
+        up = parents[src]
+        out_tokens[j], out_parents[j], out_probs[j] = tokens[src], remap[up] if up >= 0 else -1, probs[src]
 
 
 @njit(cache=True)
@@ -138,7 +180,11 @@ def warm_up() -> None:
     choose(matches, edges, accepted, rejected, version, np.ones(3), table, seen, np.zeros(1, np.int64))
     record(matches, one, one, edges, accepted, rejected, version)
     fedges, probs = np.array([0.0, 0.5]), np.array([[0.9, 0.2]])
-    tree_size(probs[0], np.array([-1, 0], np.int64), 1, fedges, accepted[:2], rejected[:2], 4.0, np.ones(3))
+    tree_size(probs[0], fedges, accepted[:2], rejected[:2], 4.0, np.ones(3))
+    pick, path = np.zeros(2, np.int64), np.zeros(2, np.int64)
+    total = tree_pick(np.array([-1, 0], np.int64), 1, 0, 2, False, pick, path)
+    pack_picked(np.array([3, 4], np.int64), np.array([-1, 0], np.int64), probs[0], pick, total, np.zeros(2, np.int64),
+                np.zeros(2, np.int64), np.zeros(2), np.zeros(2, np.int64))
     parents, cols = np.array([[-1, 0]], np.int64), np.array([[0, 1]], np.int64)
     first_path(parents[0], 2, np.zeros(2, dtype=np.int64))
     tree_record(parents, one * 2, probs, one, cols, one, fedges, accepted[:2], rejected[:2], one.copy(), one.copy(),

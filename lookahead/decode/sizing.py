@@ -2,8 +2,10 @@
 
 Chains ask each row's index for as many tokens as the learned acceptance of its match pays for (`DraftLength`).
 Trees ask for the whole node budget, then keep the best-first nodes that pay for their verification judged by the
-index's node probabilities as calibrated online (`TreeCalibration`), and never fewer than hold the chain
-`DraftLength` would draft (the tree's first path), so that a tree step never does worse than a chain step.
+index's node probabilities as calibrated online (`TreeCalibration`), and always the chain `DraftLength` would
+draft (the tree's first path), so that a tree step never does worse than a chain step: only that chain's nodes,
+not every node valued above its end (`_policy_kernels.tree_pick`; a recycling index's tree keeps those too: there
+they are accepted more often than their calibrated values say, benchmarks/RESULTS.md).
 Then every row with a match fills its draft up to the columns the step's forward computes anyway (the widest row's
 draft, or a static step's padded width): padding costs the same as drafted tokens, so drafting there is free.
 """
@@ -66,7 +68,8 @@ class ChainSizing:
 
 
 class TreeSizing:
-    """A tree per row, cut to the size that pays for its verification, never below the chain's first path.
+    """A tree per row: its first nodes that pay for their verification, and the chain's first path (the chain
+    `DraftLength` drafts) however far down the best-first order its nodes sit (`_policy_kernels.tree_pick`).
 
     Args:
         max_nodes: most tree nodes per row and step.
@@ -85,14 +88,17 @@ class TreeSizing:
         """Each row's `Draft` (a tree; `Draft.empty` where a row has no index); `rooms` [b] caps its nodes;
         `padded(n)` as for chains: every row keeps as many nodes as the forward computes anyway."""
         costs, cal = self._step_costs(len(indexes)), self.calibration
+        pick, path = np.empty(self.max_nodes, dtype=np.int64), np.empty(self.max_nodes, dtype=np.int64)
         trees, sizes = [], []
         for ix, room, k in zip(indexes, rooms, self.length.choose(_matches(indexes))):
             tree = Draft.empty() if ix is None else ix.propose_tree(max(min(self.max_nodes, int(room)), 0))
-            trees.append(tree)
-            sizes.append(K.tree_size(tree.probs, tree.parents, k, cal.EDGES, cal.accepted, cal.seen, cal.prior,
-                                     costs))
+            best = K.tree_size(tree.probs, cal.EDGES, cal.accepted, cal.seen, cal.prior, costs)
+            whole = getattr(ix, "recycled", None) is not None  # recycled trees: every node up to the chain's end
+            trees.append((tree, best, k, whole))
+            sizes.append(K.tree_pick(tree.parents, best, 0, k, whole, pick, path))
         fill = min(padded(max(sizes, default=0)), self.max_nodes) if padded is not None else 0
-        return [tree.head(max(size, fill)) for tree, size in zip(trees, sizes)]
+        return [tree.take(pick[:K.tree_pick(tree.parents, best, fill, k, whole, pick, path)])
+                for tree, best, k, whole in trees]
 
     def update(self, batch, verdict) -> None:
         """Calibrate the node probabilities against the accepted paths; teach the chain floor how far it went."""

@@ -57,6 +57,22 @@ class Draft:
         """The first n nodes (a tree still: parents come before children)."""
         return Draft(self.tokens[:n], self.parents[:n], self.probs[:n], self.match_length)
 
+    def take(self, nodes: np.ndarray) -> "Draft":
+        """The nodes at the ascending indices `nodes`, each one's parent among them, renumbered (`head(n)` when they
+        are the first n).
+
+        >>> Draft(np.array([5, 6, 7]), np.array([-1, -1, 1]), np.ones(3)).take(np.array([1, 2])).parents.tolist()
+        [-1, 0]
+        """
+        n = len(nodes)
+        if n == 0 or nodes[n - 1] == n - 1:
+            return self.head(n)
+        index = np.full(len(self.tokens), -1, dtype=np.int64)
+        index[nodes] = np.arange(n)
+        up = self.parents[nodes]
+        return Draft(self.tokens[nodes], np.where(up < 0, -1, index[np.maximum(up, 0)]), self.probs[nodes],
+                     self.match_length)
+
     def prune(self, banned: np.ndarray) -> "Draft":
         """The draft without the `banned` nodes ([n] bool) and their descendants; a chain is cut at its first one.
 

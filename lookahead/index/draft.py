@@ -67,11 +67,9 @@ class Draft:
         n = len(nodes)
         if n == 0 or nodes[n - 1] == n - 1:
             return self.head(n)
-        index = np.full(len(self.tokens), -1, dtype=np.int64)
-        index[nodes] = np.arange(n)
-        up = self.parents[nodes]
-        return Draft(self.tokens[nodes], np.where(up < 0, -1, index[np.maximum(up, 0)]), self.probs[nodes],
-                     self.match_length)
+        banned = np.ones(len(self.tokens), dtype=bool)
+        banned[nodes] = False
+        return self.prune(banned)  # no picked node's parent is banned: prune drops exactly the others
 
     def prune(self, banned: np.ndarray) -> "Draft":
         """The draft without the `banned` nodes ([n] bool) and their descendants; a chain is cut at its first one.

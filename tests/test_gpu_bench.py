@@ -277,3 +277,22 @@ def test_fastest_greedy_is_whichever_greedy_ran():
     rows = [_row("hf-prompt-lookup-2", 5.0), _row("lookahead-ngram", 1.0)]  # no greedy: no speedup target
     gpu.add_ratios(rows)
     assert all("fastest" not in what for what, _ in gpu.targets(rows))
+
+
+def test_methods_in_turns_keep_their_static_caches(setup, monkeypatch):
+    """Each method's static caches (one per batch size it compacts to) outlive the other methods' turns, so the timed
+    rounds rebuild none and recapture no graph; the library's own limit comes back afterwards."""
+    from lookahead.target import static
+
+    traces, eos, model = setup
+    made = []
+    new_state = static._new_state
+    monkeypatch.setattr(static, "_new_state", lambda *args: made.append(args[2:4]) or new_state(*args))
+    monkeypatch.setattr(static, "MAX_STATES", 1)  # a batch of 3 compacts to 1 row: two caches, over this limit
+    plan = gpu.Plan(device="cpu", batches=(3,), repeats=2, context=48, max_new=24,
+                    methods=("lookahead-ngram-static", "lookahead-suffix-tree-static"))
+    rows = gpu.run_plan(model, {"code-edit": traces}, plan, eos, log=lambda line: None)
+    assert all(r.mismatches == 0 for r in rows)
+    assert sorted({batch for batch, _ in made}) == [1, 3] and len(made) == 2  # both made in the first warm-up only
+    static.clear(model)
+    assert static.MAX_STATES == 1

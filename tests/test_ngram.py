@@ -88,6 +88,27 @@ def test_a_fresh_match_copies_from_the_earliest_occurrence():
     assert index.propose(1).tolist() == [5]
 
 
+@pytest.mark.parametrize("chunked_in", [False, True])
+def test_a_fresh_match_copies_from_the_most_recent_occurrence_once_it_predicts_better(chunked_in):
+    """(1, 2) was first followed by 9, then by 5 again and again (each time after a new token, so (1, 2) is the
+    longest recurring suffix there and its first and most recent occurrences disagree): past a stretch with nothing
+    to rejoin, a fresh match of (1, 2) copies the most recent occurrence; where the first one predicted better, the
+    first one."""
+    blocks = [token for c in range(100, 106) for token in (c, 1, 2, 5)]
+    tokens = [1, 2, 9, 8] + blocks + list(range(200, 270)) + [1, 2]
+    index = NgramIndex(max_ngram=4)
+    if chunked_in:  # votes are counted token by token whatever the chunks
+        for start in range(0, len(tokens), 7):
+            index.extend(tokens[start:start + 7])
+    else:
+        index.extend(tokens)
+    assert index.propose(1).tolist() == [5]
+    assert index.copy().propose(1).tolist() == [5]
+    first = NgramIndex(max_ngram=4)  # where they disagreed (first 9, recent 5 at 101), the first one was right
+    first.extend([1, 2, 9, 8, 100, 1, 2, 5, 101, 1, 2, 9, 102, 1, 2, 5] + list(range(200, 270)) + [1, 2])
+    assert first.propose(1).tolist() == [9]
+
+
 def test_large_inputs_grow_buffers_and_keep_matching():
     """Past the initial capacity (table rebuilds included) the result still agrees with the reference."""
     rng = np.random.default_rng(0)

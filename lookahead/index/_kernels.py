@@ -2,14 +2,18 @@
 
 Layout shared with `ngram.NgramIndex`:
   hist   int32[capacity]   the tokens held, hist[:n]
-  table  uint64[T, 2]      open-addressing hash table (T a power of two): (key, end) per slot, key 0 = empty;
-                           end is the end (exclusive) of the key's earliest occurrence. Key and value
-                           share a cache line, so a probe costs one memory access.
-  state  int64[5]          n, ptr, run, used, cursor
+  table  uint64[T, 3]      open-addressing hash table (T a power of two): (key, first, last) per slot, key 0 =
+                           empty; first and last are the ends (exclusive) of the key's earliest and most recent
+                           occurrences. A slot's fields are adjacent, so a probe costs about one memory access.
+  state  int64[7]          n, ptr, run, used, cursor, first votes, recent votes
     ptr  end of the earlier occurrence being copied (-1: none); the draft is hist[ptr:ptr + k]
     run  how many tokens before ptr agree with the last `run` tokens held
     used number of occupied table slots
     cursor  where the last copy broke off in its source (-1: never); a new match is first looked for just after it
+    votes   decayed hits (fixed point, ONE a hit) of the token after the first and after the most recent occurrence
+            of the longest recurring suffix, counted where the two differ: a new copy starts from the most recent
+            occurrence when it has predicted the text RECENT_ODDS times better (code and agents reuse what they
+            just wrote or read), else from the first (sources are read front to back)
 
 Writes stay inside these arrays by two invariants, both checked by `fits` before `ngram_extend` writes anything (it
 answers FULL, and `NgramIndex._reserve` grows the arrays by the same rule):
@@ -20,7 +24,10 @@ answers FULL, and `NgramIndex._reserve` grows the arrays by the same rule):
 import numpy as np
 from numba import njit
 
-N, PTR, RUN, USED, CURSOR = 0, 1, 2, 3, 4
+N, PTR, RUN, USED, CURSOR, VFIRST, VRECENT = 0, 1, 2, 3, 4, 5, 6
+STATE = np.array([0, -1, 0, 0, -1, 0, 0], dtype=np.int64)  # an empty index's state
+ONE = 1 << 20  # a vote's hit, in fixed point; each vote decays by 1/16 (about the last 16 disagreements count)
+RECENT_ODDS_NUM, RECENT_ODDS_DEN = 5, 3  # the suffix index's RECENT_ODDS
 FULL = -2  # ngram_extend's answer when the arrays cannot take the tokens: grow them (`NgramIndex._reserve`), call again
 WINDOW = 64
 _SEED = np.uint64(0x243F6A8885A308D3)
@@ -45,7 +52,8 @@ def _key(h, k):
 
 @njit(cache=True)
 def _insert(table, key, end):
-    """Map key -> end unless key is present (the earliest occurrence stays). Returns 1 if a new slot was taken.
+    """Record an occurrence of key ending at `end`: a new key's first and last end, a known key's last end.
+    Returns 1 if a new slot was taken.
 
     Writes one slot of table [T, 2], T a power of two (the mask keeps the index inside) with an empty slot left (the
     probe ends there): `fits`."""
@@ -53,21 +61,24 @@ def _insert(table, key, end):
     i = np.int64(key & np.uint64(mask))
     while True:
         if table[i, 0] == key:
+            table[i, 2] = np.uint64(end)
             return 0
         if table[i, 0] == np.uint64(0):
             table[i, 0] = key
             table[i, 1] = np.uint64(end)
+            table[i, 2] = np.uint64(end)
             return 1
         i = (i + 1) & mask
 
 
 @njit(cache=True)
 def _lookup(table, key):
+    """The slot holding key, or -1."""
     mask = np.int64(table.shape[0] - 1)
     i = np.int64(key & np.uint64(mask))
     while True:
         if table[i, 0] == key:
-            return np.int64(table[i, 1])
+            return i
         if table[i, 0] == np.uint64(0):
             return np.int64(-1)
         i = (i + 1) & mask
@@ -88,19 +99,31 @@ def _index_ending_at(hist, end, table, max_ngram):
 def _rematch(hist, n, table, max_ngram, min_ngram, run):
     """Longest suffix of hist[:n] longer than `run` (and >= min_ngram) that occurred earlier.
 
-    Returns (end of its earliest occurrence, its length), or (-1, 0) when none is longer than `run`.
+    Returns (the ends of its earliest and of its most recent occurrence, its length), or (-1, -1, 0) when none is
+    longer than `run`.
     """
     h = _SEED
-    best_end, best_k = -1, 0
+    first, last, best_k = np.int64(-1), np.int64(-1), 0
     for k in range(1, min(max_ngram, n - 1) + 1):
         h = _mix(h, hist[n - k])
         if k <= run or k < min_ngram:
             continue
-        e = _lookup(table, _key(h, k))
-        if e < 0:
+        i = _lookup(table, _key(h, k))
+        if i < 0:
             break  # a longer suffix cannot recur if this one does not
-        best_end, best_k = e, k
-    return best_end, best_k
+        first, last, best_k = np.int64(table[i, 1]), np.int64(table[i, 2]), k
+    return first, last, best_k
+
+
+@njit(cache=True, inline="always")
+def _vote(hist, n, table, state, max_ngram, min_ngram, t):
+    """Score the coming token t against what followed the first and the most recent occurrence of the longest
+    recurring suffix of hist[:n], where the two differ (decayed hits, `state` VFIRST and VRECENT)."""
+    first, last, k = _rematch(hist, n, table, max_ngram, min_ngram, 0)
+    if k == 0 or hist[first] == hist[last]:
+        return
+    state[VFIRST] += (ONE if hist[first] == t else 0) - (state[VFIRST] >> 4)
+    state[VRECENT] += (ONE if hist[last] == t else 0) - (state[VRECENT] >> 4)
 
 
 @njit(cache=True)
@@ -108,7 +131,7 @@ def _near(hist, n, k, cursor, fallback):
     """End of the first occurrence of the k-token suffix of hist[:n] in the WINDOW tokens after `cursor`.
 
     Text that leaves a copy (a skipped phrase, an edited line) tends to rejoin its source a little further on;
-    `fallback` (the earliest occurrence) is returned when it does not.
+    `fallback` (the first or the most recent occurrence, as the votes say) is returned when it does not.
     """
     if cursor < 0:
         return fallback
@@ -144,6 +167,7 @@ def ngram_extend(new, hist, table, state, max_ngram, min_ngram):
     n, ptr, run, used, cursor = state[N], state[PTR], state[RUN], state[USED], state[CURSOR]
     for j in range(new.shape[0]):
         t = new[j]
+        _vote(hist, n, table, state, max_ngram, min_ngram, t)
         # n-grams ending at n are indexed only now, so a lookup never finds the suffix itself
         used += _index_ending_at(hist, n, table, max_ngram)
         hist[n] = t
@@ -156,9 +180,10 @@ def ngram_extend(new, hist, table, state, max_ngram, min_ngram):
                 cursor = ptr
             ptr, run = -1, 0
         if run < max_ngram:
-            e, k = _rematch(hist, n, table, max_ngram, min_ngram, run)
-            if e >= 0:
-                ptr, run = _near(hist, n, k, cursor, e), k
+            first, last, k = _rematch(hist, n, table, max_ngram, min_ngram, run)
+            if k > 0:
+                recent = RECENT_ODDS_DEN * state[VRECENT] > RECENT_ODDS_NUM * state[VFIRST]
+                ptr, run = _near(hist, n, k, cursor, last if recent else first), k
     state[N], state[PTR], state[RUN], state[USED], state[CURSOR] = n, ptr, run, used, cursor
     return new.shape[0]
 

@@ -11,7 +11,7 @@ from ._tokens import as_token_array, draft_budget, grown, range_error, table_siz
 
 _MIN_CAPACITY = 1024
 # Longest n-gram indexed. A match longer than this is still followed (the copy in progress goes on growing past
-# max_ngram); longer n-grams would only choose among occurrences that agree on 64 tokens, at 32 bytes per token
+# max_ngram); longer n-grams would only choose among occurrences that agree on 64 tokens, at 48 bytes per token
 # per length.
 MAX_NGRAM = 64
 
@@ -26,7 +26,9 @@ class NgramIndex:
     2. when a copy broke off (the text diverged from its source), the first occurrence within 64 tokens after the
        point where it broke: text that leaves its source (a skipped phrase, an edited line) tends to rejoin it a
        little further on;
-    3. otherwise the earliest occurrence: sources are read front to back (summaries follow the article's order).
+    3. otherwise the earliest occurrence: sources are read front to back (summaries follow the article's order);
+       or the most recent one, once it has predicted the text clearly better (5:3 in decayed hits, counted where
+       the two disagree): code and agents reuse what they just wrote or read (the suffix index's rule).
 
     Following the copy in progress keeps long copies on track where a short n-gram alone would jump to an unrelated
     occurrence (the peers re-search every step and take the leftmost or earliest match).
@@ -55,8 +57,8 @@ class NgramIndex:
         if self.min_ngram > self.max_ngram:
             raise ValueError(f"min_ngram must be <= max_ngram, got min_ngram={min_ngram} > max_ngram={max_ngram}")
         self._hist = np.empty(_MIN_CAPACITY, dtype=np.int32)
-        self._table = np.zeros((_table_size(_MIN_CAPACITY * 2), 2), dtype=np.uint64)
-        self._state = np.array([0, -1, 0, 0, -1], dtype=np.int64)
+        self._table = np.zeros((_table_size(_MIN_CAPACITY * 2), 3), dtype=np.uint64)
+        self._state = K.STATE.copy()
         self._out = np.empty(64, dtype=np.int64)
         _warm_up()
 
@@ -74,7 +76,7 @@ class NgramIndex:
     def reset(self) -> None:
         """Forget every token held."""
         self._table[:] = 0
-        self._state[:] = (0, -1, 0, 0, -1)
+        self._state[:] = K.STATE
 
     def extend(self, tokens) -> None:
         """Append token ids (a list, a numpy array or a 1-D tensor of non-negative integers).
@@ -132,7 +134,7 @@ class NgramIndex:
             self._hist = grown(self._hist, max(2 * self._hist.shape[0], n + extra), n)
         worst = int(self._state[K.USED]) + (extra + 1) * self.max_ngram
         if 2 * worst > self._table.shape[0]:
-            self._table = np.zeros((_table_size(2 * worst), 2), dtype=np.uint64)
+            self._table = np.zeros((_table_size(2 * worst), 3), dtype=np.uint64)
             self._state[K.USED] = K.ngram_rebuild(self._hist, n, self._table, self.max_ngram)
 
 
@@ -140,10 +142,10 @@ class NgramIndex:
 def _warm_up() -> None:
     """Compile (or load from cache) the kernels once per process, on a non-empty input."""
     hist = np.zeros(16, np.int32)
-    table = np.zeros((1024, 2), np.uint64)
-    state = np.array([0, -1, 0, 0, -1], np.int64)
+    table = np.zeros((1024, 3), np.uint64)
+    state = K.STATE.copy()
     for dtype in (np.int64, np.int32):
-        state[:] = (0, -1, 0, 0, -1)
+        state[:] = K.STATE
         table[:] = 0
         K.ngram_extend(np.array([1, 2, 1, 2], dtype), hist, table, state, 4, 1)
     K.ngram_propose(hist, state, 2, np.empty(2, np.int64))

@@ -285,6 +285,7 @@ def test_methods_in_turns_keep_their_static_caches(setup, monkeypatch):
     from lookahead.target import static
 
     traces, eos, model = setup
+    static.clear(model)  # the module's model: earlier tests' caches would serve these calls
     made = []
     new_state = static._new_state
     monkeypatch.setattr(static, "_new_state", lambda *args: made.append(args[2:4]) or new_state(*args))

@@ -55,7 +55,7 @@ def _insert(table, key, end):
     """Record an occurrence of key ending at `end`: a new key's first and last end, a known key's last end.
     Returns 1 if a new slot was taken.
 
-    Writes one slot of table [T, 2], T a power of two (the mask keeps the index inside) with an empty slot left (the
+    Writes one slot of table [T, 3], T a power of two (the mask keeps the index inside) with an empty slot left (the
     probe ends there): `fits`."""
     mask = np.int64(table.shape[0] - 1)
     i = np.int64(key & np.uint64(mask))

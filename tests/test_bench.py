@@ -339,3 +339,18 @@ def test_bench_index_and_plot(trace_file, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "| lookahead-ngram |" in out and "| hf-prompt-lookup-2 |" in out
     assert plot is None or plot.stat().st_size > 1000
+
+
+def test_tokens_per_forward_plot_gives_each_of_many_methods_its_own_colour(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    from lookahead.bench import plot
+
+    figures = []
+    monkeypatch.setattr(plot, "_save", lambda fig, path: figures.append(fig))
+    methods = [f"m{i}" for i in range(13)]  # more than the default colour cycle's 10
+    plot.tokens_per_forward({(m, "d"): 1.0 + i for i, m in enumerate(methods)}, methods, ["d"], str(tmp_path / "x.png"))
+    colours = [tuple(bar.get_facecolor()) for bar in figures[0].axes[0].patches]
+    assert len(colours) == 13 and len(set(colours)) == 13
+    plt.close(figures[0])

@@ -20,10 +20,12 @@ def tokens_per_forward(values: dict, methods: list, datasets: list, path: str, t
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(3 + group_width * len(datasets), 4.6))
     width = 0.8 / len(methods)
+    palette = plt.get_cmap("tab20") if len(methods) > 10 else None  # past the default cycle's 10, no colour twice
     for i, method in enumerate(methods):
         xs = [j + i * width for j, d in enumerate(datasets) if (method, d) in values]
         ys = [values[method, d] for d in datasets if (method, d) in values]
-        bars = ax.bar(xs, ys, width, label=method, hatch="//" if method.startswith("HF") else None)
+        bars = ax.bar(xs, ys, width, label=method, hatch="//" if method.startswith("HF") else None,
+                      color=None if palette is None else palette(i % palette.N))
         crowded = len(methods) > 6 or len(methods) * len(datasets) > 40
         ax.bar_label(bars, fmt="%.2f", fontsize=5 if crowded else 6, rotation=90 if crowded else 0, padding=2)
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(datasets))], datasets, fontsize=8,

@@ -26,6 +26,7 @@ from numba import njit
 
 N, PTR, RUN, USED, CURSOR, VFIRST, VRECENT = 0, 1, 2, 3, 4, 5, 6
 STATE = np.array([0, -1, 0, 0, -1, 0, 0], dtype=np.int64)  # an empty index's state
+SLOT = 3  # a table slot's fields: key, first end, last end
 ONE = 1 << 20  # a vote's hit, in fixed point; each vote decays by 1/16 (about the last 16 disagreements count)
 RECENT_ODDS_NUM, RECENT_ODDS_DEN = 5, 3  # the suffix index's RECENT_ODDS
 FULL = -2  # ngram_extend's answer when the arrays cannot take the tokens: grow them (`NgramIndex._reserve`), call again

@@ -57,7 +57,7 @@ class NgramIndex:
         if self.min_ngram > self.max_ngram:
             raise ValueError(f"min_ngram must be <= max_ngram, got min_ngram={min_ngram} > max_ngram={max_ngram}")
         self._hist = np.empty(_MIN_CAPACITY, dtype=np.int32)
-        self._table = np.zeros((_table_size(_MIN_CAPACITY * 2), 3), dtype=np.uint64)
+        self._table = _empty_table(_table_size(_MIN_CAPACITY * 2))
         self._state = K.STATE.copy()
         self._out = np.empty(64, dtype=np.int64)
         _warm_up()
@@ -134,15 +134,20 @@ class NgramIndex:
             self._hist = grown(self._hist, max(2 * self._hist.shape[0], n + extra), n)
         worst = int(self._state[K.USED]) + (extra + 1) * self.max_ngram
         if 2 * worst > self._table.shape[0]:
-            self._table = np.zeros((_table_size(2 * worst), 3), dtype=np.uint64)
+            self._table = _empty_table(_table_size(2 * worst))
             self._state[K.USED] = K.ngram_rebuild(self._hist, n, self._table, self.max_ngram)
+
+
+def _empty_table(slots: int) -> np.ndarray:
+    """An empty hash table of `slots` slots (a power of two), in the kernels' layout."""
+    return np.zeros((slots, K.SLOT), dtype=np.uint64)
 
 
 @functools.cache
 def _warm_up() -> None:
     """Compile (or load from cache) the kernels once per process, on a non-empty input."""
     hist = np.zeros(16, np.int32)
-    table = np.zeros((1024, 3), np.uint64)
+    table = _empty_table(1024)
     state = K.STATE.copy()
     for dtype in (np.int64, np.int32):
         state[:] = K.STATE

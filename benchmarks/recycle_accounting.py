@@ -20,7 +20,7 @@ from lookahead import generate, models
 from lookahead.arguments import positive_int
 from lookahead.bench.real_workloads import load
 from lookahead.decode import fused
-from lookahead.index._recycle_kernels import RECYCLED
+from lookahead.index._recycle_kernels import PENDING, RECYCLED
 
 WORKLOADS = ["spec-bench/writing", "spec-bench/roleplay", "spec-bench/reasoning", "spec-bench/math",
              "spec-bench/math_reasoning", "spec-bench/qa", "spec-bench/stem", "spec-bench/humanities", "summarization",
@@ -54,8 +54,9 @@ class Ledger:
             costs = s["step_costs"]
             self.sums += [count + 1, costs[size], copied + 1, costs[size - int((sources == RECYCLED).sum())]]
         if done == 0:  # the next step's tree: its nodes' sources, found by path in the row's proposal
-            out, proposed, n = lists[2][0][7], lists[2][0][9][2], int(later["sizes"][0])
-            by_path = dict(zip(_paths(out[0], out[1], int(proposed)), out[2].tolist()))
+            row = lists[2][0]  # the row's `RecycleIndex._row`: (merge scratch ..., out, est, state)
+            out, proposed, n = row[-3], int(row[-1][PENDING]), int(later["sizes"][0])
+            by_path = dict(zip(_paths(out[0], out[1], proposed), out[2].tolist()))
             picked = _paths(later["tokens"][0], later["parents"][0], n)
             self._sources[id(later["tokens"])] = (n, np.array([by_path[p] for p in picked], dtype=np.int64))
         return done

@@ -18,13 +18,12 @@ import torch
 
 from lookahead import generate, models
 from lookahead.arguments import positive_int
-from lookahead.bench.real_workloads import load
+from lookahead.bench.real_report import LITTLE_TO_COPY
+from lookahead.bench.real_workloads import OTHERS, load
 from lookahead.decode import fused
 from lookahead.index._recycle_kernels import PENDING, RECYCLED
 
-WORKLOADS = ["spec-bench/writing", "spec-bench/roleplay", "spec-bench/reasoning", "spec-bench/math",
-             "spec-bench/math_reasoning", "spec-bench/qa", "spec-bench/stem", "spec-bench/humanities", "summarization",
-             "rag", "code-edit", "agent"]
+WORKLOADS = [*LITTLE_TO_COPY, *OTHERS]  # Spec-Bench's eight categories with little to copy, then the copy workloads
 
 
 def _paths(tokens, parents, n) -> list:

@@ -2,6 +2,7 @@
 import importlib.util
 import pathlib
 
+import numpy as np
 import pytest
 import torch
 
@@ -31,3 +32,19 @@ def test_the_ledger_records_every_verified_step_and_changes_nothing(accounting):
     assert tokens - copy_tokens <= stats.accepted_tokens  # tokens owed to recycled nodes were accepted drafts
     assert tokens - stats.accepted_tokens == stats.forward_passes - 1  # one token more per step: every step recorded
     assert accounting.fused.FusedRecycleTrees._step is original  # the hook is gone
+    # every recorded step is paired with the suffix tree's pick at its position; a pick gains at least the target's
+    # own token and costs at least a one-token forward
+    steps = stats.forward_passes - 1
+    assert np.allclose(ledger.pairs[:2], ledger.sums[:2])
+    assert ledger.pairs[2] >= steps and ledger.pairs[3] >= steps
+    assert len(ledger.calls) == 1 and np.allclose(ledger.calls[0][0], ledger.pairs)
+
+
+def test_a_tree_gains_its_longest_path_along_the_text_and_the_target_s_token(accounting):
+    tokens, parents = [5, 6, 7, 8], [-1, 0, -1, 2]  # 5 -> 6 and 7 -> 8
+    assert accounting.tree_gain(tokens, parents, 4, [5, 6, 9]) == 3
+    assert accounting.tree_gain(tokens, parents, 4, [7, 8, 9, 9]) == 3
+    assert accounting.tree_gain(tokens, parents, 4, [7, 1]) == 2
+    assert accounting.tree_gain(tokens, parents, 4, [9, 5]) == 1
+    assert accounting.tree_gain(tokens, parents, 4, [5, 6]) == 2  # the text ends: no more than it holds
+    assert accounting.tree_gain(tokens, parents, 0, [5, 6]) == 1  # an empty tree

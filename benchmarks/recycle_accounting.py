@@ -135,14 +135,24 @@ def per_cost(sums) -> float:
     return sums[0] / sums[1] / (sums[2] / sums[3])
 
 
-def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--workloads", nargs="+", default=WORKLOADS, metavar="NAME")
-    parser.add_argument("--prompts", type=positive_int, default=4, help="prompts per workload (default 4)")
+def setup(argv, doc: str, workloads: list, prompts: int, rounds: int | None = None) -> tuple:
+    """(args, model, tokenizer) of a SmolLM2 script (this one, `recycle_wall.py`): its --workloads, --prompts,
+    --max-new and, where `rounds` is given, --rounds; SmolLM2-135M-Instruct loaded, torch on two threads."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--workloads", nargs="+", default=workloads, metavar="NAME")
+    parser.add_argument("--prompts", type=positive_int, default=prompts,
+                        help=f"prompts per workload (default {prompts})")
+    if rounds is not None:
+        parser.add_argument("--rounds", type=positive_int, default=rounds, help=f"timed rounds (default {rounds})")
     parser.add_argument("--max-new", type=positive_int, default=128)
     args = parser.parse_args(argv)
     torch.set_num_threads(2)
     model, tokenizer, _ = models.load("smollm2")
+    return args, model, tokenizer
+
+
+def main(argv=None) -> None:
+    args, model, tokenizer = setup(argv, __doc__, WORKLOADS, 4)
     print("| workload | steps | tokens | cost | tokens per unit of cost | ÷ the suffix tree's picks | per call | "
           f"first {FIRST} steps against the call |\n| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: |")
     for name in args.workloads:

@@ -11,17 +11,17 @@ of a step: drafting, acceptance, the argmax, the top-k and M's update (a call's 
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import time
 
 import numpy as np
 import torch
 
-from lookahead import generate, models
-from lookahead.arguments import positive_int
+from lookahead import generate
 from lookahead.bench.real_report import LITTLE_TO_COPY
+from lookahead.bench.real_workloads import load
 from lookahead.target.causal import CausalLM
+from recycle_accounting import setup
 
 METHODS = {"tree": {"lookup": "suffix", "draft": "tree"}, "merged": {"lookup": "suffix+recycle", "draft": "tree"}}
 
@@ -88,16 +88,7 @@ def row(name: str, totals: dict) -> str:
 
 
 def main(argv=None) -> None:
-    from lookahead.bench.real_workloads import load
-
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--workloads", nargs="+", default=list(LITTLE_TO_COPY), metavar="NAME")
-    parser.add_argument("--prompts", type=positive_int, default=3, help="prompts per workload (default 3)")
-    parser.add_argument("--rounds", type=positive_int, default=3, help="timed rounds (default 3)")
-    parser.add_argument("--max-new", type=positive_int, default=128)
-    args = parser.parse_args(argv)
-    torch.set_num_threads(2)
-    model, tokenizer, _ = models.load("smollm2")
+    args, model, tokenizer = setup(argv, __doc__, list(LITTLE_TO_COPY), 3, rounds=3)
     print("| workload | seconds: tree, merged | tree ÷ merged | forwards | nodes per forward | ms per forward | "
           "at equal widths, merged ÷ tree | ms per step besides the forward |\n"
           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")

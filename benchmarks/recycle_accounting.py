@@ -163,7 +163,7 @@ def main(argv=None) -> None:
         t, c, t0, c0 = ledger.sums
         calls = [per_cost(call) for call, _ in ledger.calls]
         wrong = sum((per_cost(call) >= 1) != (per_cost(first) >= 1) for call, first in ledger.calls)
-        print(f"| {name} | {steps} | {t / t0:.3f}x | {c / c0:.3f}x | {t / c / (t0 / c0):.3f}x | "
+        print(f"| {name} | {steps} | {t / t0:.3f}x | {c / c0:.3f}x | {per_cost(ledger.sums):.3f}x | "
               f"{per_cost(ledger.pairs):.3f}x | {min(calls):.3f}-{max(calls):.3f} | {wrong} of {len(calls)} |",
               flush=True)
 

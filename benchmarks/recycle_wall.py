@@ -2,17 +2,17 @@
 greedy, 128 new tokens, default policy, M cold at each call; the two methods' whole calls in turns in one process
 (a warm-up round, then `--rounds` rounds, the order alternated), summed over the rounds.
 
-Per workload: seconds, forwards, nodes verified per forward, the wall time of each forward (the target's own, timed
-around `CausalLM.verify`, which `verify_ids` calls too: neither the argmax nor the recycling top-k is in it), the
-same at equal widths (merged ÷ tree, each width's median weighted by the merged trees' forwards at it) and the rest
-of a step: drafting, acceptance, the argmax, the top-k and M's update (a call's setup spread over its steps).
+Per workload: seconds, forwards, nodes verified per forward, the wall time of each forward after the prefill (the
+model's own, `timing.ForwardTimer`: neither the argmax nor the recycling top-k is in it), the same at equal widths
+(merged ÷ tree, each width's median weighted by the merged trees' forwards at it) and the rest of a step
+(`Call.host_seconds_per_step`): drafting, acceptance, the argmax, the top-k and M's update.
 
     python benchmarks/recycle_wall.py --workloads spec-bench/roleplay spec-bench/writing --prompts 3
 """
 from __future__ import annotations
 
 import contextlib
-import time
+import itertools
 
 import numpy as np
 import torch
@@ -20,6 +20,7 @@ import torch
 from lookahead import generate
 from lookahead.bench.real_report import LITTLE_TO_COPY
 from lookahead.bench.real_workloads import load
+from lookahead.bench.timing import ForwardTimer, rotations, timed_call
 from lookahead.target.causal import CausalLM
 from recycle_accounting import setup
 
@@ -27,17 +28,15 @@ METHODS = {"tree": {"lookup": "suffix", "draft": "tree"}, "merged": {"lookup": "
 
 
 @contextlib.contextmanager
-def timed_forwards(into: list):
-    """Inside the block every verification forward appends (its width, its seconds) to `into`."""
+def recorded_widths(into: list):
+    """Inside the block every verification forward appends its width (the nodes it verifies) to `into`."""
     original = CausalLM.verify
 
-    def timed(self, last, batch, stats):
-        start = time.perf_counter()
-        out = original(self, last, batch, stats)
-        into.append((batch.width, time.perf_counter() - start))
-        return out
+    def recorded(self, last, batch, stats):
+        into.append(batch.width)
+        return original(self, last, batch, stats)
 
-    CausalLM.verify = timed
+    CausalLM.verify = recorded
     try:
         yield
     finally:
@@ -45,22 +44,28 @@ def timed_forwards(into: list):
 
 
 def measure(model, prompts: list, rounds: int, max_new: int) -> dict:
-    """Per method: seconds, forwards, prefill seconds and [(width, seconds)] of its forwards over `rounds` rounds."""
-    totals = {name: {"seconds": 0.0, "forwards": 0, "prefill": 0.0, "steps": []} for name in METHODS}
-    for round_ in range(rounds + 1):  # round 0 warms up
-        for ids in prompts:
-            for name in (list(METHODS) if round_ % 2 else list(METHODS)[::-1]):
-                steps = []
-                with timed_forwards(steps), torch.inference_mode():
-                    start = time.perf_counter()
-                    _, stats = generate(model, ids, max_new_tokens=max_new, return_stats=True, **METHODS[name])
-                    seconds = time.perf_counter() - start
+    """Per method, over `rounds` rounds: seconds, forwards, host seconds besides the forwards after the prefill, and
+    [(width, seconds)] of those forwards."""
+    totals = {name: {"seconds": 0.0, "forwards": 0, "host": 0.0, "steps": []} for name in METHODS}
+    timer = ForwardTimer("cpu")
+    handles = timer.attach(model)
+    try:
+        for round_, order in enumerate(rotations(list(METHODS), rounds + 1)):  # round 0 warms up
+            for ids, name in itertools.product(prompts, order):
+                widths = []
+                with recorded_widths(widths), torch.inference_mode():
+                    call = timed_call(lambda: generate(model, ids, max_new_tokens=max_new, **METHODS[name]), timer)
                 if round_:
+                    if call.forwards != len(widths) + 1:
+                        raise RuntimeError(f"{call.forwards} forwards timed for {len(widths)} steps and a prefill")
                     t = totals[name]
-                    t["seconds"] += seconds
-                    t["forwards"] += stats.forward_passes
-                    t["prefill"] += stats.seconds.get("prefill", 0.0)
-                    t["steps"] += steps
+                    t["seconds"] += call.seconds
+                    t["forwards"] += call.forwards
+                    t["host"] += call.host_seconds_per_step * len(widths)
+                    t["steps"] += zip(widths, call.durations[1:])
+    finally:
+        for handle in handles:
+            handle.remove()
     return totals
 
 
@@ -78,8 +83,7 @@ def same_width(tree: np.ndarray, merged: np.ndarray) -> float:
 def row(name: str, totals: dict) -> str:
     t, m = totals["tree"], totals["merged"]
     steps = {k: np.array(v["steps"], dtype=float).reshape(-1, 2) for k, v in totals.items()}
-    forward = {k: steps[k][:, 1].sum() for k in steps}
-    rest = {k: 1e3 * (v["seconds"] - v["prefill"] - forward[k]) / max(len(steps[k]), 1) for k, v in totals.items()}
+    rest = {k: 1e3 * v["host"] / max(len(steps[k]), 1) for k, v in totals.items()}
     width, ms = {k: v[:, 0].mean() for k, v in steps.items()}, {k: 1e3 * v[:, 1].mean() for k, v in steps.items()}
     return (f"| {name} | {t['seconds']:.2f}, {m['seconds']:.2f} | {t['seconds'] / m['seconds']:.3f} | "
             f"{t['forwards']}, {m['forwards']} | {width['tree']:.2f}, {width['merged']:.2f} | "

@@ -100,9 +100,9 @@ class Ledger:
         n = int(sizes[0])
         return tokens[0, :n].copy(), parents[0, :n].copy(), n, float(s["step_costs"][n])
 
-    def settle(self, new_tokens) -> np.ndarray:
+    def settle(self, new_tokens) -> None:
         """Pair the call's verified steps with the suffix tree's picks at their positions, now that the call's
-        `new_tokens` are known; add them to `pairs` and `calls`; returns the call's sums (as `pairs`)."""
+        `new_tokens` are known; add them to `pairs` and `calls`."""
         truth, rows = list(map(int, new_tokens)), []
         for at in sorted(set(self._verified) & set(self._picks)):
             tokens, parents, n, cost = self._picks[at]
@@ -112,7 +112,6 @@ class Ledger:
         call = rows.sum(0)
         self.pairs += call
         self.calls.append((call, rows[:FIRST].sum(0)))
-        return call
 
 
 def account(model, input_ids: torch.Tensor, ledger: Ledger, **kwargs) -> tuple:

@@ -12,6 +12,8 @@ copying method can show against prompt lookup here, with no loop overhead at all
 
     lookahead bench real --output real.jsonl          # the measured speedups
     python benchmarks/real_ceiling.py real.jsonl
+    lookahead bench real --workloads agent --prompts 12 --output agent12.jsonl
+    python benchmarks/real_ceiling.py agent12.jsonl --index ngram        # sums over the file's prompts per workload
 """
 from __future__ import annotations
 
@@ -21,7 +23,9 @@ import json
 import numpy as np
 import torch
 
-from lookahead import SuffixIndex, models
+from lookahead import NgramIndex, SuffixIndex, models
+from lookahead.bench.real import _until_eos
+from lookahead.bench.real_cli import _eos
 from lookahead.bench.real_workloads import WORKLOADS, load
 from lookahead.decode.calibrate import forward_times, widths
 from lookahead.decode.policy import CostCurve
@@ -29,9 +33,10 @@ from lookahead.decode.policy import CostCurve
 SIZES = tuple(widths(33))  # what `draft_cost="auto"` times; steps pad past the others
 
 
-def accepted(index_tokens: list, output: list, tree: bool) -> list:
-    """Per output position p: how many of the draft proposed after prompt + output[:p] equal output[p:]."""
-    index = SuffixIndex()
+def accepted(index_tokens: list, output: list, tree: bool, index_kind: str = "suffix") -> list:
+    """Per output position p: how many of the draft proposed after prompt + output[:p] equal output[p:] (chains
+    from `index_kind`'s index, trees from the suffix index)."""
+    index = NgramIndex() if index_kind == "ngram" and not tree else SuffixIndex()
     index.extend(np.asarray(index_tokens, np.int64))
     out = []
     for p in range(len(output)):
@@ -72,39 +77,51 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("results", help="a `lookahead bench real` output file (the measured speedups)")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--index", choices=("suffix", "ngram"), default="suffix",
+                        help="the index whose chains bound the chain ceiling (trees: always the suffix index)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    rows = {}
+    rows, configs = {}, {}
     with open(args.results) as f:
         for line in f:
             record = json.loads(line)
             rows[record["workload"]] = {r["method"]: r for r in record["rows"]}
+            configs[record["workload"]] = record["config"]
     model, tok, _ = models.load("smollm2")
-    prompts = load([w for w in WORKLOADS if w in rows], tok, 1, 2048)
-    print("| workload | prompt tokens | c(1) c(2) c(4) c(11) c(33) | greedy s | HF lookup | chain ceiling | "
-          "tree ceiling | best measured lookahead | tree ceiling ÷ HF |")
-    print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for workload, items in prompts.items():
-        ids = items[0].input_ids
+    eos = _eos(model)
+    print("| workload | prompts | prompt tokens | c(1) c(2) c(4) c(11) c(33) | greedy s | HF lookup | chain ceiling | "
+          "tree ceiling | best measured lookahead | chain, tree ceiling ÷ HF |")
+    print("| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for workload in [w for w in WORKLOADS if w in rows]:
         measured = rows[workload]
         greedy = measured["hf-greedy"]
-        with torch.inference_mode():
-            out = model.generate(torch.as_tensor(ids)[None], max_new_tokens=greedy["new_tokens"], do_sample=False)
-        output = out[0, len(ids):].tolist()[: greedy["new_tokens"]]
-        times = forward_times(model, SIZES, context=len(ids) + len(output) // 2)
-        curve = CostCurve([times[n] / times[1] if n in times else np.inf for n in range(1, 34)])
-        per_token = (greedy["seconds"] - greedy["prefill"]) / max(len(output) - 1, 1)
-        ceilings = []
-        for tree in (False, True):
-            cost = shortest(accepted(list(ids), output, tree)[1:], curve)  # the first token comes from the prefill
-            ceilings.append(greedy["seconds"] / (greedy["prefill"] + per_token * cost))
+        config = configs[workload]
+        items = load([workload], tok, config["prompts"], config["max_prompt"])[workload]
+        costs, prompt_tokens, new_tokens, first = np.zeros(2), 0, 0, None
+        for item in items:
+            ids = item.input_ids
+            with torch.inference_mode():
+                out = model.generate(torch.as_tensor(ids)[None], max_new_tokens=config["max_new"], do_sample=False,
+                                     eos_token_id=eos, pad_token_id=eos)
+            output = _until_eos(out[0, len(ids):].tolist(), eos)
+            times = forward_times(model, SIZES, context=len(ids) + len(output) // 2)
+            curve = CostCurve([times[n] / times[1] if n in times else np.inf for n in range(1, 34)])
+            first = curve.costs if first is None else first
+            for j, tree in enumerate((False, True)):  # the first token comes from the prefill
+                costs[j] += shortest(accepted(list(ids), output, tree, args.index)[1:], curve)
+            prompt_tokens, new_tokens = prompt_tokens + len(ids), new_tokens + len(output)
+        if new_tokens != greedy["new_tokens"]:
+            raise RuntimeError(f"{workload}: greedy wrote {new_tokens} tokens here, {greedy['new_tokens']} in "
+                               f"{args.results} (another model or max_new?)")
+        per_token = (greedy["seconds"] - greedy["prefill"]) / max(new_tokens - len(items), 1)
+        ceilings = [greedy["seconds"] / (greedy["prefill"] + per_token * c) for c in costs]
         speed = {m: greedy["seconds"] / r["seconds"] for m, r in measured.items()}
         hf = speed["hf-prompt-lookup-2"]
         ours = max(v for m, v in speed.items() if m.startswith("lookahead"))
-        c = curve.costs
-        print(f"| {workload} | {len(ids)} | {c[0]:.2f} {c[1]:.2f} {c[3]:.2f} {c[10]:.2f} {c[32]:.2f} | "
-              f"{greedy['seconds']:.2f} | {hf:.2f}x | {ceilings[0]:.2f}x | {ceilings[1]:.2f}x | {ours:.2f}x | "
-              f"{ceilings[1] / hf:.2f} |", flush=True)
+        c = first
+        print(f"| {workload} | {len(items)} | {prompt_tokens} | {c[0]:.2f} {c[1]:.2f} {c[3]:.2f} {c[10]:.2f} "
+              f"{c[32]:.2f} | {greedy['seconds']:.2f} | {hf:.2f}x | {ceilings[0]:.2f}x | {ceilings[1]:.2f}x | "
+              f"{ours:.2f}x | {ceilings[0] / hf:.2f}, {ceilings[1] / hf:.2f} |", flush=True)
 
 
 if __name__ == "__main__":

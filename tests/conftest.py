@@ -1,4 +1,5 @@
 """Test settings: a hypothesis profile sized for a 2-core CI machine, and shared fixtures."""
+import importlib.util
 import os
 from pathlib import Path
 
@@ -13,7 +14,8 @@ settings.register_profile("ci", max_examples=150, deadline=None, suppress_health
 settings.register_profile("dev", max_examples=60, deadline=None)
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
 STORIES = SHARED / "models" / "stories260K"
 
 
@@ -40,3 +42,14 @@ def cli(capsys):
         out = capsys.readouterr()
         return status, out.out, out.err
     return run
+
+
+@pytest.fixture(scope="session")
+def benchmark_script():
+    """`benchmark_script(name)` -> the module of ``benchmarks/NAME.py`` (the scripts are not a package)."""
+    def load(name: str):
+        spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    return load

@@ -1,21 +1,13 @@
 """`benchmarks/real_ceiling.py`: the hindsight bound's two pieces, what each position's draft gets accepted and the
 cheapest way to write an output drafting at most that."""
-import importlib.util
-import pathlib
-
 import pytest
 
 from lookahead.decode.policy import CostCurve
 
-SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "real_ceiling.py"
-
 
 @pytest.fixture(scope="module")
-def ceiling():
-    spec = importlib.util.spec_from_file_location("real_ceiling", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def ceiling(benchmark_script):
+    return benchmark_script("real_ceiling")
 
 
 @pytest.mark.parametrize("index_kind", ["suffix", "ngram"])

@@ -1,22 +1,14 @@
 """`benchmarks/recycle_accounting.py`: recycled nodes' gain against their cost, recorded from the fused steps."""
-import importlib.util
-import pathlib
-
 import numpy as np
 import pytest
 import torch
 
 from lookahead import models
 
-SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "recycle_accounting.py"
-
 
 @pytest.fixture(scope="module")
-def accounting():
-    spec = importlib.util.spec_from_file_location("recycle_accounting", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def accounting(benchmark_script):
+    return benchmark_script("recycle_accounting")
 
 
 def test_the_ledger_records_every_verified_step_and_changes_nothing(accounting):

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from lookahead import generate
-from lookahead.target import static
+from lookahead.model import static
 from lookahead.bench.e2e import left_pad, random_model
 from lookahead.bench.forcing import ForcedOutputs
 from lookahead.bench.traces_io import read_traces

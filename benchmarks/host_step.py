@@ -33,7 +33,7 @@ from lookahead.index import NgramIndex, SuffixIndex
 from lookahead.decode.policy import _BUCKETS
 from lookahead.decode.processing import Stopper
 from lookahead.decode.sizing import make_sizing
-from lookahead.target.static import WIDTHS
+from lookahead.model.static import WIDTHS
 from lookahead.verify import tree as T
 from lookahead.verify.batch import DraftBatch, _chain_parents
 from lookahead.verify.rules import greedy

@@ -9,7 +9,7 @@ Variants (`--variant`):
 - ``unpadded``: chain steps verify the drafts they hold, without padding to the width the curve prices lowest
   (`CausalLM.pad_to`);
 - ``unpacked``: the model's linear layers run transformers' `nn.Linear` in every forward, not the weights packed
-  for MKL (`lookahead.target.linear`), with a cost curve measured that way.
+  for MKL (`lookahead.model.linear`), with a cost curve measured that way.
 
     python benchmarks/real_policy.py --variant context
     python benchmarks/real_policy.py --variant overhead --extra 0.1
@@ -30,8 +30,8 @@ from lookahead import generate, models
 from lookahead.bench.real_workloads import load
 from lookahead.decode import policy
 from lookahead.decode.calibrate import measure_draft_cost, measured_draft_cost
-from lookahead.target import linear
-from lookahead.target.causal import CausalLM
+from lookahead.model import linear
+from lookahead.model.causal import CausalLM
 
 WORKLOADS = ("spec-bench/reasoning", "spec-bench/math", "spec-bench/qa", "summarization", "code-edit")
 

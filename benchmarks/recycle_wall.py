@@ -21,7 +21,7 @@ from lookahead import generate
 from lookahead.bench.real_report import LITTLE_TO_COPY
 from lookahead.bench.real_workloads import load
 from lookahead.bench.timing import ForwardTimer, rotations, timed_call
-from lookahead.target.causal import CausalLM
+from lookahead.model.causal import CausalLM
 from recycle_accounting import setup
 
 METHODS = {"tree": {"lookup": "suffix", "draft": "tree"}, "merged": {"lookup": "suffix+recycle", "draft": "tree"}}

@@ -1,7 +1,7 @@
 """What one verification forward costs on a real model: transformers' dynamic cache and sdpa attention against the
-cache and attention lookahead's calls run with (`lookahead.target.cache.GrowingLayer`: keys written in place instead
-of concatenated; `lookahead.target.attention.packed_sdpa`: grouped-query heads packed instead of the cache repeated
-per head; `lookahead.target.linear.packed_linears`: linear weights packed once for MKL), at several contexts and
+cache and attention lookahead's calls run with (`lookahead.model.cache.GrowingLayer`: keys written in place instead
+of concatenated; `lookahead.model.attention.packed_sdpa`: grouped-query heads packed instead of the cache repeated
+per head; `lookahead.model.linear.packed_linears`: linear weights packed once for MKL), at several contexts and
 widths. Medians of forwards in turns (each setting once per round), milliseconds;
 the logits of each setting are compared with transformers' (max |difference|, argmax equal).
 
@@ -19,9 +19,9 @@ import torch
 from transformers import DynamicCache
 
 from lookahead import models
-from lookahead.target.attention import packed_attention
-from lookahead.target.cache import new_cache
-from lookahead.target.linear import packed_linears
+from lookahead.model.attention import packed_attention
+from lookahead.model.cache import new_cache
+from lookahead.model.linear import packed_linears
 
 
 @contextlib.contextmanager

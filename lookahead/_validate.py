@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from ._checks import check_int  # noqa: F401  (re-exported: one integer check for the whole package)
-from .target.facts import ModelFacts, forward_parameters
+from .model.facts import ModelFacts, forward_parameters
 
 
 def check_model(model) -> None:

@@ -27,11 +27,11 @@ from .decode.settings import (GenerationStats, Settings, check_supported, eos_ov
                               refuse_assistant, with_stop_strings)
 from .index.build import RECYCLING, row_indexes
 from .index.recycle import Recycled
-from .target import make_target
-from .target.attention import packed_attention
-from .target.facts import ModelFacts
-from .target.linear import packed_linears
-from .target.static import compiles_on_cpu
+from .model import make_target
+from .model.attention import packed_attention
+from .model.facts import ModelFacts
+from .model.linear import packed_linears
+from .model.static import compiles_on_cpu
 
 __all__ = ["GenerationStats", "decode", "generate"]
 
@@ -119,7 +119,7 @@ def generate(
             (`compile_config`, default transformers' `CompileConfig()`) and captures it as CUDA graphs;
             `"dynamic"` keeps transformers' dynamic cache; unset, a CUDA call on a tested decoder-only
             architecture with full attention takes the static cache with CUDA graphs, uncompiled, and every other
-            call the dynamic cache. `disable_compile=True`: no compilation and no graphs (`lookahead.target.static`).
+            call the dynamic cache. `disable_compile=True`: no compilation and no graphs (`lookahead.model.static`).
 
     Returns:
         LongTensor [batch, length + new] (prompt then new tokens); with `return_dict_in_generate=True` the

@@ -1,10 +1,10 @@
-"""Grouped-query verification forwards packed per key/value head (`lookahead.target.attention`)."""
+"""Grouped-query verification forwards packed per key/value head (`lookahead.model.attention`)."""
 import pytest
 import torch
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from lookahead import generate
-from lookahead.target.attention import NAME, packed_attention, packed_sdpa
+from lookahead.model.attention import NAME, packed_attention, packed_sdpa
 
 from models import tiny_model
 
@@ -50,7 +50,7 @@ def test_a_mask_shared_by_the_batch_is_repeated_for_every_row():
 @pytest.mark.parametrize("case", ["one query", "prefill", "no mask", "no groups", "bias"])
 def test_other_forwards_are_transformers_own(case, monkeypatch):
     """One query, a prefill, no mask, one query head per key head or a position bias go to transformers' sdpa."""
-    import lookahead.target.attention as A
+    import lookahead.model.attention as A
 
     query, key, value, mask = _inputs()
     groups, kwargs = 3, {}

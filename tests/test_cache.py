@@ -1,10 +1,10 @@
-"""The dynamic cache's full-attention layers grow in place (`lookahead.target.cache.GrowingLayer`)."""
+"""The dynamic cache's full-attention layers grow in place (`lookahead.model.cache.GrowingLayer`)."""
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
 from transformers import DynamicCache
 
-from lookahead.target.cache import GrowingLayer, keep_slots, new_cache, rollback, select_rows
+from lookahead.model.cache import GrowingLayer, keep_slots, new_cache, rollback, select_rows
 from models import CONFIGS, tiny_model
 
 _OPS = st.lists(st.one_of(

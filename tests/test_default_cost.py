@@ -8,7 +8,7 @@ from lookahead import generate
 from lookahead.decode.calibrate import _MEASURED, budget, default_cost, draft_cost
 from lookahead.decode.policy import CostCurve
 from lookahead.decode.settings import make_settings
-from lookahead.target.facts import ModelFacts
+from lookahead.model.facts import ModelFacts
 from models import repeated_prompt, tiny_model
 
 
@@ -94,7 +94,7 @@ def test_chain_steps_pad_to_the_widths_that_cost_least():
 
 def test_batches_and_trees_are_not_padded_past_their_drafts(monkeypatch):
     """A curve measured at batch 1 pads no batch's steps; tree steps keep the nodes they drafted."""
-    from lookahead.target.causal import CausalLM
+    from lookahead.model.causal import CausalLM
 
     model = tiny_model("llama", seed=5)
     model.generation_config.eos_token_id = None

@@ -282,7 +282,7 @@ def test_fastest_greedy_is_whichever_greedy_ran():
 def test_methods_in_turns_keep_their_static_caches(setup, monkeypatch):
     """Each method's static caches (one per batch size it compacts to) outlive the other methods' turns, so the timed
     rounds rebuild none and recapture no graph; the library's own limit comes back afterwards."""
-    from lookahead.target import static
+    from lookahead.model import static
 
     traces, eos, model = setup
     static.clear(model)  # the module's model: earlier tests' caches would serve these calls

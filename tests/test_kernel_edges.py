@@ -14,8 +14,8 @@ from lookahead.index import NgramIndex, SuffixIndex
 from lookahead.index import _kernels as NK
 from lookahead.index import _suffix_build as SB
 from lookahead.index._suffix_draft import suffix_chain, suffix_tree
-from lookahead.target import _kernels as TK
-from lookahead.target.static import _BIT
+from lookahead.model import _kernels as TK
+from lookahead.model.static import _BIT
 from lookahead.verify import _kernels as VK
 from strategies import any_tokens, replay_calls
 from test_static import _inputs_by_numpy

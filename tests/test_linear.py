@@ -1,10 +1,10 @@
-"""Linear layers run with weights packed for MKL (`lookahead.target.linear`)."""
+"""Linear layers run with weights packed for MKL (`lookahead.model.linear`)."""
 import pytest
 import torch
 
 from lookahead import generate
-from lookahead.target import linear
-from lookahead.target.linear import ROWS, packed_linears
+from lookahead.model import linear
+from lookahead.model.linear import ROWS, packed_linears
 
 from models import repeated_prompt, tiny_model
 

@@ -11,7 +11,7 @@ from models import repeated_prompt, tiny_model
 from test_generate import left_padded
 
 GPT2 = SHARED / "data" / "tokenizers" / "gpt2"
-G = importlib.import_module("lookahead.target.causal")
+G = importlib.import_module("lookahead.model.causal")
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import transformers as T
 
 from conftest import SHARED
 from lookahead import generate
-from lookahead.target.facts import cache_kwarg
+from lookahead.model.facts import cache_kwarg
 from models import repeated_prompt, tiny_model
 from test_generate import left_padded
 
@@ -215,7 +215,7 @@ def test_a_failing_call_still_ends_the_streamer(model, monkeypatch):
     import importlib
 
     streamer = Chunks()
-    targets = importlib.import_module("lookahead.target.causal")
+    targets = importlib.import_module("lookahead.model.causal")
 
     def broken(self, *args):
         raise RuntimeError("forward failed")

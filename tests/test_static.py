@@ -6,8 +6,8 @@ import transformers as T
 from hypothesis import given, settings, strategies as st
 
 from lookahead import generate
-from lookahead.target.slot_cache import SlotCache
-from lookahead.target.static import COMPILED_WIDTHS, WIDTHS
+from lookahead.model.slot_cache import SlotCache
+from lookahead.model.static import COMPILED_WIDTHS, WIDTHS
 from models import CONFIGS, repeated_prompt, tiny_model
 from test_generate import left_padded
 
@@ -30,8 +30,8 @@ def test_static_matches_greedy(arch, draft):
 def same_drafts(monkeypatch):
     """The static step fills drafts up to its width, the dynamic one up to the widest draft or the width its cost
     curve pads to: here both fill to the widest draft, so that their drafts are the same."""
-    from lookahead.target.static import StaticCausalLM
-    from lookahead.target.causal import CausalLM
+    from lookahead.model.static import StaticCausalLM
+    from lookahead.model.causal import CausalLM
 
     monkeypatch.setattr(StaticCausalLM, "padded", staticmethod(lambda n: n))
     monkeypatch.setattr(CausalLM, "pad_to", lambda self, pads: None)
@@ -69,7 +69,7 @@ def test_static_samples_as_the_dynamic_cache_does(stories_model, same_drafts):
 def test_the_cache_is_reused_across_calls_of_other_lengths():
     """A later call with another prompt length reuses the preallocated cache and is still exact."""
     model = tiny_model("llama")
-    from lookahead.target.static import _STATES
+    from lookahead.model.static import _STATES
 
     for length in (30, 45, 22):
         ids = repeated_prompt(length, length)[None]
@@ -81,7 +81,7 @@ def test_the_cache_is_reused_across_calls_of_other_lengths():
 def test_a_longer_call_replaces_the_cache_and_few_are_kept(monkeypatch):
     """A call that needs more slots replaces the shorter cache of its batch size (one state per batch size, dtype
     and compilation, at most MAX_STATES per model, the least recently used dropped first)."""
-    import lookahead.target.static as S
+    import lookahead.model.static as S
 
     monkeypatch.setattr(S, "MAX_STATES", 2)
     model = tiny_model("llama")
@@ -104,7 +104,7 @@ def _on_cuda(model, **facts):
     """The model's facts, as if it were on CUDA (static_mode reads only its facts)."""
     from dataclasses import replace
 
-    from lookahead.target.facts import ModelFacts
+    from lookahead.model.facts import ModelFacts
 
     return replace(ModelFacts.of(model), device=torch.device("cuda"), **facts)
 
@@ -113,9 +113,9 @@ def test_static_mode_decides_the_cache_and_its_compilation():
     """On CUDA: unset gives graphs without compilation for the tested architectures with full attention; "static"
     compiles (transformers' own CompileConfig unless one is given); disable_compile turns both off; "dynamic"
     keeps the dynamic cache. On a CPU only an explicit "static" gives the static cache."""
-    from lookahead.target.static import static_mode
+    from lookahead.model.static import static_mode
 
-    from lookahead.target.facts import ModelFacts
+    from lookahead.model.facts import ModelFacts
 
     llama, cpu = _on_cuda(tiny_model("llama")), ModelFacts.of(tiny_model("llama"))
     assert static_mode(llama, _Config()) == (True, None)
@@ -135,7 +135,7 @@ def test_static_mode_decides_the_cache_and_its_compilation():
 
 def test_a_step_that_does_not_compile_runs_uncompiled(monkeypatch, caplog):
     """Where torch.compile fails (no compiler), the static step warns once and runs uncompiled, still exact."""
-    import lookahead.target.static as S
+    import lookahead.model.static as S
 
     def broken(fn, **options):
         def run(*args, **kwargs):
@@ -146,7 +146,7 @@ def test_a_step_that_does_not_compile_runs_uncompiled(monkeypatch, caplog):
     model = tiny_model("qwen2")
     ids = repeated_prompt(1, 40)[None]
     expected = model.generate(ids, do_sample=False, max_new_tokens=24)
-    with caplog.at_level("WARNING", logger="lookahead.target.static"):
+    with caplog.at_level("WARNING", logger="lookahead.model.static"):
         out = generate(model, ids, max_new_tokens=24, cache_implementation="static",
                        compile_config=T.CompileConfig())
     assert torch.equal(out, expected)
@@ -192,7 +192,7 @@ def test_a_compiled_step_gives_the_same_tokens(monkeypatch, draft, in_step):
     """compile_config compiles the step (once per width) before it runs; the tokens stay greedy's, chains and trees
     (whose ancestry bits and positions are inputs of the compiled step), and with the argmax compiled into the step
     (as on CUDA)."""
-    import lookahead.target.static as S
+    import lookahead.model.static as S
 
     monkeypatch.setattr(S, "argmax_in_step", lambda device: in_step)
     model = tiny_model("llama")
@@ -211,7 +211,7 @@ def test_a_step_that_takes_its_own_argmax_is_accepted_by_it(monkeypatch, lookup,
     acceptance reads those ids and reduces no logits after the prefill: the tokens stay greedy's while rows finish and
     are left out (n-gram chains: in the fused step), with the logits kept for the output, and with a processor (whose
     own scores are reduced)."""
-    import lookahead.target.static as S
+    import lookahead.model.static as S
     from lookahead.verify.rules import argmax
 
     reduced = []
@@ -254,7 +254,7 @@ def _staggered():
 def test_rows_that_finish_are_compacted_away_and_the_rest_stays_exact(monkeypatch, draft, gather_most):
     """When few rows still run, they move into a smaller batch (a power of four); the outputs stay greedy's, whether
     the running rows' argmax gathers their logits first or reduces them row by row (large logits: gather_most=0)."""
-    import lookahead.target.static as S
+    import lookahead.model.static as S
     import lookahead.verify.rules as R
 
     if gather_most is not None:
@@ -270,7 +270,7 @@ def test_rows_that_finish_are_compacted_away_and_the_rest_stays_exact(monkeypatc
 def test_a_compiled_step_compacts_without_compiling_again(monkeypatch):
     """A compiled step's batch dimension is dynamic: the batch of 5 and the 2 rows it is compacted into (two at
     least: one row would be a compilation of its own) share one compilation per width, and the tokens stay greedy's."""
-    import lookahead.target.static as S
+    import lookahead.model.static as S
     from torch._dynamo.utils import counters
 
     model, batch, mask, eos = _staggered()
@@ -289,7 +289,7 @@ def test_a_compiled_step_compacts_without_compiling_again(monkeypatch):
 
 def test_a_model_spread_over_devices_keeps_the_dynamic_cache():
     """device_map over several devices: the default stays dynamic, and an explicit static cache is refused."""
-    from lookahead.target.static import static_mode
+    from lookahead.model.static import static_mode
 
     llama = _on_cuda(tiny_model("llama"), devices=frozenset({"0", "1"}))  # device_map over two devices
     assert static_mode(llama, _Config()) is None
@@ -299,7 +299,7 @@ def test_a_model_spread_over_devices_keeps_the_dynamic_cache():
 
 def test_a_step_that_cannot_be_captured_runs_without_graphs(monkeypatch, caplog):
     """Where capturing a CUDA graph fails (here: no CUDA at all), the step warns once and runs without graphs."""
-    from lookahead.target.static import StaticCausalLM
+    from lookahead.model.static import StaticCausalLM
 
     model = tiny_model("phi3")
     ids = repeated_prompt(2, 40)[None]
@@ -311,14 +311,14 @@ def test_a_step_that_cannot_be_captured_runs_without_graphs(monkeypatch, caplog)
         self.graphs = True  # as on CUDA
 
     monkeypatch.setattr(StaticCausalLM, "__init__", with_graphs)
-    with caplog.at_level("WARNING", logger="lookahead.target.static"):
+    with caplog.at_level("WARNING", logger="lookahead.model.static"):
         out = generate(model, ids, max_new_tokens=24, cache_implementation="static")
     assert torch.equal(out, expected)
     assert sum("capturing the static step as a CUDA graph failed" in r.message for r in caplog.records) == 1
 
 
 def test_clear_frees_the_kept_caches():
-    from lookahead.target.static import _STATES, clear
+    from lookahead.model.static import _STATES, clear
 
     model = tiny_model("llama")
     generate(model, repeated_prompt(0, 30)[None], max_new_tokens=4, cache_implementation="static")
@@ -329,7 +329,7 @@ def test_clear_frees_the_kept_caches():
 
 def test_no_room_for_a_new_cache_drops_the_kept_ones_and_retries(monkeypatch):
     """An out-of-memory error while allocating a cache drops the model's other kept caches and tries once more."""
-    import lookahead.target.static as S
+    import lookahead.model.static as S
 
     model = tiny_model("llama")
     facts = S.ModelFacts.of(model)
@@ -351,7 +351,7 @@ def test_threads_generating_with_one_model_get_their_own_caches():
     """Two threads that generate with one model at once each get exact output (each has its own static cache)."""
     import threading
 
-    from lookahead.target.static import _STATES
+    from lookahead.model.static import _STATES
 
     model = tiny_model("gpt2")
     prompts = [repeated_prompt(seed, 40)[None] for seed in (5, 6)]
@@ -438,8 +438,8 @@ def _inputs_by_numpy(rows, last, tokens, parents, pos, write, width):
 def test_static_inputs_kernel_matches_the_ancestry_matrix(data):
     """Tokens, positions (depth below the root) and ancestry bits of every query, for random trees (chains among
     them) of random running rows, as the ancestry matrix gives them; rows that do not run see themselves only."""
-    from lookahead.target.static import _BIT
-    from lookahead.target import _kernels as K
+    from lookahead.model.static import _BIT
+    from lookahead.model import _kernels as K
 
     b = data.draw(st.integers(1, 5))
     rows = np.array(sorted(data.draw(st.sets(st.integers(0, b - 1), min_size=1))), dtype=np.int64)
@@ -462,7 +462,7 @@ def test_static_inputs_kernel_matches_the_ancestry_matrix(data):
 def test_a_tree_commits_moves_pack_each_running_rows_path_behind_its_next_slot(data):
     """`pack_moves`: a running row reads its root's and accepted nodes' slots (next slot + column) and writes them at
     its next slots in order; every other batch row moves its next slot onto itself (a plain numpy reference)."""
-    from lookahead.target import _kernels as K
+    from lookahead.model import _kernels as K
 
     b, w = data.draw(st.integers(1, 6)), data.draw(st.integers(1, 8))
     rows = np.array(sorted(data.draw(st.sets(st.integers(0, b - 1), min_size=1))), dtype=np.int64)
@@ -482,10 +482,10 @@ def test_a_tree_commits_moves_pack_each_running_rows_path_behind_its_next_slot(d
 def test_a_tree_commits_move_buffer_is_kept_by_the_state_and_grows_when_a_step_is_wider():
     """`_moves`: one host buffer per kept state, reused by every commit (no allocation per step), and grown when a
     step is wider than it (a later call sharing the state may verify wider trees)."""
-    from lookahead.target.static import StaticCausalLM
+    from lookahead.model.static import StaticCausalLM
 
     model, ids = tiny_model("llama"), torch.ones((2, 4), dtype=torch.long)
-    from lookahead.target.facts import ModelFacts
+    from lookahead.model.facts import ModelFacts
 
     target = StaticCausalLM(model, ModelFacts.of(model), ids, torch.ones_like(ids), 8, 3, graphs=False)
     two, four = target._moves(2), target._moves(4)

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from lookahead.target import _kernels as K
+from lookahead.model import _kernels as K
 
 
 @given(data=st.data())
@@ -87,7 +87,7 @@ def test_the_dynamic_cache_matches_greedy_with_its_mask_written_in_place_or_on_t
     import torch
 
     from lookahead import generate
-    from lookahead.target.causal import CausalLM
+    from lookahead.model.causal import CausalLM
 
     init = CausalLM.__init__
 

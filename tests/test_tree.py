@@ -7,7 +7,7 @@ from transformers import LogitsProcessorList, RepetitionPenaltyLogitsProcessor
 from lookahead import Memory, generate
 from lookahead.decode.sizing import best_size
 from lookahead.verify import tree as T
-from lookahead.target.cache import keep_slots
+from lookahead.model.cache import keep_slots
 from models import CONFIGS, repeated_prompt, tiny_model
 from test_generate import left_padded
 

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import torch
 
-from ..target import static
+from ..model import static
 from .e2e import left_pad
 from .forcing import ForcedOutputs
 from .methods import METHODS, resolve

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from transformers import DynamicCache
 
-from ..target.facts import ModelFacts
+from ..model.facts import ModelFacts
 from .e2e import left_pad
 from .forcing import ForcedOutputs
 from .methods import Method, resolve

@@ -6,7 +6,7 @@ the device's timeline; in eager mode that includes the gaps where the GPU waits 
 it reads `time.perf_counter` around it. Forwards replayed from a CUDA graph run no
 hooks: on CUDA the timer also marks every `CUDAGraph.replay` while attached (a lookahead static step is one replay);
 a call whose forwards were not all seen (a compiled forward) reports no forward time, see `steps`. On a CPU a lookahead
-static step (`lookahead.target.static._step`) is marked as one forward too, the attention mask it builds included: on CUDA
+static step (`lookahead.model.static._step`) is marked as one forward too, the attention mask it builds included: on CUDA
 that mask is built inside the step's graph, on the device, so host time means the same on both.
 `timed_call` runs one call and returns a `Call`: wall-clock seconds (the
 device's queued work included), each forward's start and duration, and the call's output.
@@ -129,11 +129,11 @@ class _ReplayTimer:
 
 
 class _StepTimer:
-    """Wraps lookahead's uncompiled static step (`lookahead.target.static._step`) until `remove()`: each step is marked as one
+    """Wraps lookahead's uncompiled static step (`lookahead.model.static._step`) until `remove()`: each step is marked as one
     forward, its attention mask included, and the model's hooks inside it mark nothing."""
 
     def __init__(self, timer: ForwardTimer):
-        from ..target import static
+        from ..model import static
 
         self.module, self.original = static, static._step
 

@@ -15,10 +15,10 @@ import weakref
 import numpy as np
 import torch
 
-from ..target.attention import packed_attention
-from ..target.cache import new_cache, rollback
-from ..target.facts import ModelFacts, cache_kwarg, position_limit
-from ..target.linear import packed_linears
+from ..model.attention import packed_attention
+from ..model.cache import new_cache, rollback
+from ..model.facts import ModelFacts, cache_kwarg, position_limit
+from ..model.linear import packed_linears
 from .policy import CostCurve, as_cost
 from .settings import DRAFT_TOKENS
 

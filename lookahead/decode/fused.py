@@ -24,7 +24,7 @@ from . import _fused_warmup as W
 from ..index.ngram import NgramIndex
 from ..index.recycle import RecycleIndex
 from ..index.suffix import SuffixIndex
-from ..target import CausalLM, StaticCausalLM
+from ..model import CausalLM, StaticCausalLM
 from ..verify.batch import DraftBatch, Verdict, _chain_parents
 from .policy import _BUCKETS
 

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from ..index.draft import Draft
-from ..target.facts import ModelFacts
+from ..model.facts import ModelFacts
 from ..verify.batch import DraftBatch, to_device
 from ..verify.rules import acceptance_rule
 from .fused import fused as fused_loop

@@ -15,7 +15,7 @@ from ..verify._kernels import ancestry
 
 @njit(cache=True)
 def static_inputs(host, rows, last, tokens, parents, pos, write, width, bit):
-    """Fill a static step's input buffer host [b, 3 * width + 1] (`lookahead.target.static`): per batch row its tokens
+    """Fill a static step's input buffer host [b, 3 * width + 1] (`lookahead.model.static`): per batch row its tokens
     [width] (the last token, then the draft nodes, zero padding), their positions [width], its next slot, and per
     query the step columns it sees as the bits of one int64 (bit[c] = 1 << c: itself, its ancestors, the root).
 
@@ -70,7 +70,7 @@ def pack_moves(write, rows, cols, moves):
 
 @njit(cache=True)
 def chain_inputs(last, drafts, sizes, pos, steps, slots, start):
-    """A chain step's inputs on the dynamic cache (`lookahead.target.causal.CausalLM`), b rows of N drafts: steps [2, b,
+    """A chain step's inputs on the dynamic cache (`lookahead.model.causal.CausalLM`), b rows of N drafts: steps [2, b,
     N + 1] gets each row's tokens (its last token, then its draft, zero padding) and their positions (pos [b] on);
     slots [b, >= start + N + 1] at start + each column whether the row sees it (1: the root or a draft token, 0:
     padding). Returns b, or -1 (nothing written) when slots is narrower (the caller grows the slot mask first)."""

@@ -2,7 +2,7 @@
 
 Each row owns a run of slots; a forward writes its queries' keys and values at the slots the caller names
 (`SlotCache.writes`), so a rejected draft is simply overwritten by the next step and a rollback copies nothing
-(reference: gpt-fast's static cache). `lookahead.target.static` runs the steps over it.
+(reference: gpt-fast's static cache). `lookahead.model.static` runs the steps over it.
 """
 from __future__ import annotations
 

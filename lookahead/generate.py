@@ -148,6 +148,7 @@ def generate(
         V.check_int("pad_token_id", pad_token_id, 0, facts.vocab - 1)
     refuse_assistant(generate_kwargs.get("assistant_model"))
     input_ids, attention_mask = V.check_inputs(facts, input_ids, attention_mask)
+    V.check_layers(facts)  # before model.generate, which builds the model's cache
     kwargs = hf_kwargs(dict(generate_kwargs), max_new_tokens, eos_token_id, pad_token_id, logits_processor)
     kwargs["stopping_criteria"] = with_stop_strings(stopping_criteria, kwargs, tokenizer)
     out = model.generate(input_ids, attention_mask=attention_mask, custom_generate=decode, lookahead=settings, **kwargs)
@@ -178,6 +179,10 @@ def _decode(model, input_ids, logits_processor, stopping_criteria, generation_co
     check_supported(generation_config, model_kwargs)
     facts = ModelFacts.of(model)  # what the target, the policies and the checks need to know of the model
     V.check_draft_shape(facts, settings.draft)
+    V.check_left_padded(model_kwargs.get("attention_mask"))
+    V.check_layers(facts)
+    V.check_alibi(facts, settings.draft, getattr(generation_config, "cache_implementation", None) == "static",
+                  input_ids.shape[0])
     eos = settings.eos if settings.eos is not None else token_ids(generation_config.eos_token_id)
     pad = token_ids(generation_config.pad_token_id) or eos[:1] or (0,)
     max_new = _max_new(stopping_criteria, input_ids.shape[1])

@@ -114,9 +114,9 @@ def keep_slots(cache, start: int, slots: torch.Tensor) -> None:
     for layer in cache.layers:
         if not getattr(layer, "is_initialized", True) or layer.keys is None:
             continue
-        index = slots[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[-1])
-        for name in ("keys", "values"):
+        for name in ("keys", "values"):  # keys and values may differ in heads and head size (MLA)
             states = getattr(layer, name)
+            index = slots[:, None, :, None].expand(-1, states.shape[1], -1, states.shape[-1])
             packed = states[:, :, start:].gather(2, index)  # read every kept slot before any is overwritten
             states[:, :, start:start + width] = packed
             setattr(layer, name, states[:, :, :start + width])

@@ -5,7 +5,7 @@ import torch
 
 from ._checks import check_int  # noqa: F401  (re-exported: one integer check for the whole package)
 from .model.facts import ModelFacts, forward_parameters, takes_keywords
-from .model.layers import INDEXED, NONE, RECURRENT
+from .model.layers import INDEXED, KNOWN, NONE, RECURRENT
 
 
 def check_model(model) -> None:
@@ -31,7 +31,7 @@ def check_model(model) -> None:
 def check_layers(facts: ModelFacts) -> None:
     """Raise ValueError, before any forward, where the model's layers (`facts.layers`) cannot be decoded exactly with
     drafts: recurrent or convolution layers (state-space models, hybrids), sparse attention over indexer-picked
-    keys, a cache class of the model's own."""
+    keys, layer kinds it does not know (compressed attention), a cache class of the model's own."""
     name, kept = facts.name, [layer for layer in facts.layers if layer.kind != NONE]
     state = [layer for layer in kept if layer.kind == RECURRENT]
     if state and len(state) == len(kept):
@@ -49,6 +49,10 @@ def check_layers(facts: ModelFacts) -> None:
                          f"whose indexer picks the keys each query attends to; a forward over several draft tokens "
                          f"does not pick what one token at a time picks (its tokens differ from model.generate), so "
                          f"lookahead cannot verify drafts with it exactly: use model.generate")
+    unknown = [layer for layer in kept if layer.kind not in KNOWN]
+    if unknown:
+        raise ValueError(f"{name} has layers of a kind lookahead does not know ({_names(unknown)}): their cache "
+                         f"may not roll back rejected drafts exactly; use model.generate")
     if facts.own_cache is not None:
         raise ValueError(f"{name} keeps its state in a cache of its own ({facts.own_cache}), not in the KV cache "
                          f"lookahead rolls back after rejected drafts; use model.generate")

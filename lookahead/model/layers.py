@@ -14,7 +14,8 @@ Kinds:
     "recurrent"  keeps a recurrent or convolution state (Mamba, linear attention, short convolutions; also layers
                  that keep one beside their attention cache): a state that a rejected draft has already changed
     "none"       keeps nothing (MoE/MLP-only layers, layers that reuse another layer's cache)
-    other        a layer type transformers names and lookahead does not know (the name itself)
+    other        a layer type transformers names and lookahead does not know (the name itself: DeepSeek-V4's
+                 "heavily_compressed_attention", ...): refused, since its cache may not roll back
 
 Example:
     >>> [(layer.kind, layer.window) for layer in layer_kinds(model)]
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 
 FULL, SLIDING, CHUNKED, INDEXED, RECURRENT, NONE = "full", "sliding", "chunked", "indexed", "recurrent", "none"
 WINDOWED = (SLIDING, CHUNKED)  # kinds that see a bounded span of positions
+KNOWN = (FULL, SLIDING, CHUNKED, INDEXED, RECURRENT, NONE)
 
 
 @dataclass(frozen=True)
@@ -78,7 +80,7 @@ def _kind(name: str, kwargs: dict, cls) -> Layer:
         return Layer(RECURRENT, name, window)
     if cls.__name__ == "DummyLayer":
         return Layer(NONE, name)
-    if issubclass(cls, getattr(C, "DynamicSlidingWindowLayer", ())):
+    if cls is getattr(C, "DynamicSlidingWindowLayer", None):
         return Layer(CHUNKED if name == "chunked_attention" else SLIDING, name, window)
     if cls.__name__ == "DynamicIndexedLayer":
         return Layer(INDEXED, name)
@@ -102,9 +104,12 @@ def own_cache(model) -> str | None:
     xLSTM's `xLSTMCache`): the model keeps its state there, not in transformers' KV cache; None for others."""
     import sys
 
+    from transformers.cache_utils import CacheLayerMixin
+
     module = sys.modules.get(type(model).__module__)
     for name, value in vars(module or object).items():
-        if isinstance(value, type) and name.endswith("Cache") and value.__module__ == module.__name__:
+        if isinstance(value, type) and name.endswith("Cache") and value.__module__ == module.__name__ \
+                and not issubclass(value, CacheLayerMixin):  # a layer class is a layer type, not a cache
             return name
     return None
 

@@ -25,10 +25,26 @@ class SlotLayer(CacheLayerMixin):
         pass
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs) -> tuple:
+        if not self._fits(key_states, value_states):
+            self.own(key_states, value_states)
         rows, slots = self.cache.rows, self.cache.writes  # [b, 1], [b, Q]
         self.keys[rows, :, slots] = key_states.transpose(1, 2)  # [b, Q, H, d] into slot order
         self.values[rows, :, slots] = value_states.transpose(1, 2)
         return self.keys, self.values
+
+    def _fits(self, key_states: torch.Tensor, value_states: torch.Tensor) -> bool:
+        """Whether the layer's buffers hold keys and values of these heads and sizes."""
+        return (self.keys.shape[1::2] == key_states.shape[1::2]
+                and self.values.shape[1::2] == value_states.shape[1::2])
+
+    def own(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        """Give the layer buffers of its own, shaped by its first keys and values, where the config's heads and head
+        size are not its (multi-head latent attention: keys of the rotary part or of nope+rope sizes, values of
+        `v_head_dim` or the latent's rank); the first update is a prefill, before any step is captured."""
+        b, slots = self.keys.shape[0], self.cache.slots
+        self.keys = key_states.new_zeros((b, key_states.shape[1], slots, key_states.shape[-1]))
+        self.values = value_states.new_zeros((b, value_states.shape[1], slots, value_states.shape[-1]))
+        self.cache.own.add(self.index)
 
     def get_mask_sizes(self, query_length: int) -> tuple:
         return self.cache.slots, 0
@@ -55,6 +71,7 @@ class SlotCache(Cache):
         self.rows = torch.arange(batch, device=device)[:, None]
         self.writes = torch.zeros((batch, 1), dtype=torch.long, device=device)
         self.origin = torch.arange(batch, device=device)  # the call's row that each batch row holds (compaction)
+        self.own = set()  # layers whose keys and values are buffers of their own (`SlotLayer.own`), not views of kv
         super().__init__(layers=[SlotLayer(self, i) for i in range(text.num_hidden_layers)])
 
     def batch_tensors(self) -> list:
@@ -66,6 +83,20 @@ class SlotCache(Cache):
         """Copy every layer's slots `src` [b, W] to `dst` [b, W] (all read before any is written)."""
         moved = self.kv[:, :, self.rows, :, src]  # [b, W, 2, layers, heads, d]
         self.kv[:, :, self.rows, :, dst] = moved
+        for i in self.own:
+            layer = self.layers[i]
+            for states in (layer.keys, layer.values):
+                states[self.rows, :, dst] = states[self.rows, :, src]
+
+    def take_rows(self, old: "SlotCache", index: torch.Tensor, n: int) -> None:
+        """Fill this cache's rows with the first `n` slots of `old`'s rows `index` [b] (every layer; compaction)."""
+        self.kv[:, :, :, :, :n] = old.kv[:, :, index, :, :n]
+        for i in old.own:
+            mine, theirs = self.layers[i], old.layers[i]
+            if i not in self.own:
+                mine.own(theirs.keys[:1, :, :1], theirs.values[:1, :, :1])
+            mine.keys[:, :, :n] = theirs.keys[index, :, :n]
+            mine.values[:, :, :n] = theirs.values[index, :, :n]
 
 
 def check_static(facts, slots: int) -> None:

@@ -281,7 +281,7 @@ class StaticCausalLM:
         old, new = self.state, _state(self.model, self.facts, size, self.slots, self.compile_config)
         index = torch.from_numpy(src).to(self.device)
         n = min(old.cache.slots, new.cache.slots)
-        new.cache.kv[:, :, :, :, :n] = old.cache.kv[:, :, index, :, :n]
+        new.cache.take_rows(old.cache, index, n)
         new.prompt_valid.zero_()
         new.prompt_valid[:, :n] = old.prompt_valid[index, :n]
         new.start.copy_(old.start)

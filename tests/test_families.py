@@ -1,0 +1,109 @@
+"""Every decoder-only architecture the installed transformers has (found from its auto mappings, `tests/families.py`),
+as a tiny random model, through six everyday calls: each equals `model.generate(do_sample=False)` token for token,
+or is refused before any forward with the message its layers' kind calls for (`families.REFUSALS`). Models with
+sliding-window, chunked or local layers are expected to fail for now (xfail, not strict: their masks are being
+fixed). `python tests/families.py` prints the table."""
+import functools
+import re
+
+import pytest
+
+import families as F
+
+CASES = [(name, call) for name, _, _ in F.families() for call in F.CALLS]
+
+
+@functools.lru_cache(maxsize=None)
+def _model(name: str):
+    """The family's tiny model, built once per test session; skips the family with its reason where it has no tiny
+    decoder-only model."""
+    model_type = dict((n, t) for n, t, _ in F.families())[name]
+    why = F.static_skip(model_type)
+    if why:
+        return why
+    try:
+        return F.tiny_model(name)
+    except Exception as error:  # noqa: BLE001 (the reason the family is skipped)
+        return f"cannot be built tiny offline: {type(error).__name__}: {str(error).splitlines()[0][:120]}"
+
+
+@pytest.mark.parametrize("name,call", CASES, ids=[f"{n}-{c}" for n, c in CASES])
+def test_a_call_equals_generate_or_is_refused_for_its_layers(name, call, request):
+    """The call gives model.generate's greedy tokens (sampling with top_k=1 too), or raises the ValueError its
+    model's layers call for before any forward; never a crash from inside transformers, never other tokens."""
+    model = _model(name)
+    if isinstance(model, str):
+        pytest.skip(model)
+    try:
+        F.reference(model, F.prompt())
+    except Exception as error:  # noqa: BLE001
+        pytest.skip(f"transformers' own generate fails on the tiny config: {type(error).__name__}: {error}")
+    want, detail = F.expected(model, call)
+    if want == "xfail":
+        request.applymarker(pytest.mark.xfail(strict=False, reason=detail))
+    kind, message = F.outcome(model, call)
+    if want == "refused":
+        assert kind == "refused", f"expected a refusal matching {detail!r}, got {kind}: {message}"
+        assert re.search(detail, message), message
+    else:
+        assert (kind, message) == ("equal", "")
+
+
+def _config(model_type: str, **extra):
+    return F.tiny_config(model_type, extra)
+
+
+@pytest.mark.parametrize("model_type, extra, kinds", [
+    ("llama", {}, [("full", None)] * 2),
+    ("qwen2", {"use_sliding_window": False}, [("full", None)] * 2),  # a `sliding_window` field not in force
+    ("qwen2", {"use_sliding_window": True, "max_window_layers": 1}, [("full", None), ("sliding", 16)]),
+    ("qwen2_moe", {}, [("full", None)] * 2),
+    ("mistral", {}, [("sliding", 16)] * 2),
+    ("mistral", {"sliding_window": None}, [("full", None)] * 2),
+    ("gemma2", {}, [("sliding", 16), ("full", None)]),
+    ("llama4_text", {}, [("chunked", 16), ("full", None)]),
+    ("gpt_neo", {}, [("full", None), ("sliding", 16)]),  # GPT-Neo's local layers: not in transformers' layer types
+    ("qwen3_next", {}, [("recurrent", None), ("full", None)]),
+    ("mamba", {}, [("recurrent", None)] * 2),
+])
+def test_layer_kinds_are_what_the_layers_run(model_type, extra, kinds):
+    """`layer_kinds` gives each decoder layer's kind and window as the model runs it, not as a config field reads."""
+    from transformers import AutoModelForCausalLM
+
+    from lookahead.model.layers import layer_kinds
+
+    if model_type not in F.causal_types():
+        pytest.skip(f"transformers has no {model_type}")
+    model = AutoModelForCausalLM.from_config(_config(model_type, **extra))
+    assert [(layer.kind, layer.window) for layer in layer_kinds(model)] == kinds
+
+
+def test_a_window_that_is_not_in_force_does_not_refuse_the_static_cache():
+    """Qwen2-MoE with `use_sliding_window=False` (its `sliding_window` field set) runs the static cache, equal to
+    greedy (it was refused: "a sliding window of 0 tokens")."""
+    import lookahead
+
+    model = F.tiny_model("qwen2_moe")
+    ids = F.prompt()
+    out = lookahead.generate(model, ids, cache_implementation="static", max_new_tokens=F.NEW, min_new_tokens=F.NEW)
+    assert torch_equal(out[0, ids.shape[1]:], F.reference(model, ids))
+
+
+def test_a_position_limit_named_max_seq_len_bounds_calls_and_the_cost_measurement():
+    """MPT's limit is `max_seq_len`: a call past it is refused before any forward, and the draft-cost measurement
+    (a context plus a draft) stays inside it, so the default call at a 512-position limit runs."""
+    import lookahead
+    from lookahead.decode.calibrate import measure_draft_cost
+    from lookahead.model.facts import position_limit
+
+    model = F.tiny_model("mpt")
+    assert position_limit(model.config) == F.POSITIONS
+    assert len(measure_draft_cost(model, max_tokens=32).costs) == 33
+    with pytest.raises(ValueError, match="exceeds the model's position limit of 512"):
+        lookahead.generate(model, F.prompt(), max_new_tokens=F.POSITIONS)
+
+
+def torch_equal(a, b) -> bool:
+    import torch
+
+    return torch.equal(a, b)

@@ -5,7 +5,7 @@ import torch
 
 from ._checks import check_int  # noqa: F401  (re-exported: one integer check for the whole package)
 from .model.facts import ModelFacts, forward_parameters, takes_keywords
-from .model.layers import INDEXED, KNOWN, NONE, RECURRENT
+from .model.layers import INDEXED, KNOWN, NONE, RECURRENT, state_space
 
 
 def check_model(model) -> None:
@@ -34,7 +34,7 @@ def check_layers(facts: ModelFacts) -> None:
     keys, layer kinds it does not know (compressed attention), a cache class of the model's own."""
     name, kept = facts.name, [layer for layer in facts.layers if layer.kind != NONE]
     state = [layer for layer in kept if layer.kind == RECURRENT]
-    if state and len(state) == len(kept):
+    if state_space(kept):
         raise ValueError(f"{name} is a state-space model: every layer keeps a recurrent state "
                          f"({_names(state)}) instead of a KV cache, and a rejected draft token cannot be taken back "
                          f"out of it; lookahead cannot decode it exactly: use model.generate")

@@ -47,6 +47,10 @@ SIZES = {
 OVERRIDES = {
     "gpt_neo": {"attention_types": [[["global", "local"], 1]]},
     "falcon": {"new_decoder_architecture": False},
+    "bamba": {"attn_layer_indices": [1]},
+    "granitemoehybrid": {"layer_types": ["mamba", "attention"]},
+    "mamba2": {"num_heads": 8, "head_dim": 16},
+    "zaya": {"num_experts_per_tok": 1},
     "jamba": {"attn_layer_period": 2, "attn_layer_offset": 1, "expert_layer_period": 2, "expert_layer_offset": 1,
               "use_mamba_kernels": False},
 }
@@ -184,14 +188,14 @@ _REFERENCES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model 
 def features(model) -> set:
     """The model's features that `REFUSALS` and the window xfail are keyed by, from its layers and forward."""
     from lookahead.model.facts import ModelFacts, forward_parameters
-    from lookahead.model.layers import INDEXED, KNOWN, NONE, RECURRENT, WINDOWED
+    from lookahead.model.layers import INDEXED, KNOWN, NONE, RECURRENT, WINDOWED, state_space
 
     found = set()
     if not {"cache", "past_key_values"} & forward_parameters(model):
         return {"no KV cache"}
     facts = ModelFacts.of(model)
     kinds = [layer.kind for layer in facts.layers if layer.kind != NONE]
-    if kinds and all(kind == RECURRENT for kind in kinds):
+    if state_space(facts.layers):
         found.add("state-space")
     elif RECURRENT in kinds:
         found.add("recurrent layers")

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 FULL, SLIDING, CHUNKED, INDEXED, RECURRENT, NONE = "full", "sliding", "chunked", "indexed", "recurrent", "none"
 WINDOWED = (SLIDING, CHUNKED)  # kinds that see a bounded span of positions
 KNOWN = (FULL, SLIDING, CHUNKED, INDEXED, RECURRENT, NONE)
+HYBRID = ("hybrid", "hybrid_sliding")  # recurrent layer types that also keep an attention cache
 
 
 @dataclass(frozen=True)
@@ -128,3 +129,10 @@ def smallest_window(layers) -> int | None:
 def recurrent(layers) -> list:
     """The layers that keep a recurrent or convolution state."""
     return [layer for layer in layers if layer.kind == RECURRENT]
+
+
+def state_space(layers) -> bool:
+    """Whether no layer attends: every layer that keeps anything keeps a recurrent state only (Mamba, RWKV-like),
+    none a KV cache beside it (transformers' "hybrid" layers keep both)."""
+    kept = [layer for layer in layers if layer.kind != NONE]
+    return bool(kept) and all(layer.kind == RECURRENT and layer.name not in HYBRID for layer in kept)

@@ -128,9 +128,11 @@ def generate(
 
     Raises:
         TypeError: model is not a Hugging Face LM with a KV cache, or ids are not integers.
-        ValueError: empty input, ids outside the vocabulary, mismatched mask, bad lookup settings, a max_new_tokens
-            past the model's position limit, or an argument lookahead cannot honour (beam search, an assistant
-            model, ...), named in the message.
+        ValueError: empty input, ids outside the vocabulary, mismatched or right-padded mask, bad lookup settings,
+            a max_new_tokens past the model's position limit, an argument lookahead cannot honour (beam search, an
+            assistant model, ...), or a model whose layers it cannot decode exactly (recurrent, state-space or
+            indexer-sparse layers; trees or the static cache over ALiBi; weights on the meta device), named in the
+            message, before any forward.
 
     Example:
         >>> out = generate(model, tok("def f(x):", return_tensors="pt").input_ids, max_new_tokens=64)

@@ -48,6 +48,8 @@ OVERRIDES = {
     "gpt_neo": {"attention_types": [[["global", "local"], 1]]},
     "falcon": {"new_decoder_architecture": False},
     "bamba": {"attn_layer_indices": [1]},
+    "lfm2": {"layer_types": ["conv", "full_attention"]},
+    "lfm2_moe": {"layer_types": ["conv", "full_attention"], "num_dense_layers": 1},
     "granitemoehybrid": {"layer_types": ["mamba", "attention"]},
     "mamba2": {"num_heads": 8, "head_dim": 16},
     "zaya": {"num_experts_per_tok": 1},

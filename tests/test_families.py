@@ -107,3 +107,24 @@ def torch_equal(a, b) -> bool:
     import torch
 
     return torch.equal(a, b)
+
+
+def test_the_static_cache_holds_latent_attention_layers_through_compaction():
+    """DeepSeek-V2's layers cache keys and values of other sizes than `head_dim` (multi-head latent attention): the
+    static cache sizes them from their first keys and values, and keeps them when a finished row is compacted away;
+    each row equals model.generate on its own prompt."""
+    import lookahead
+    from lookahead.model import static
+
+    if "deepseek_v2" not in F.causal_types():
+        pytest.skip("transformers has no deepseek_v2")
+    model = F.tiny_model("deepseek_v2")
+    ids, mask = F.padded_batch()
+    short = F.reference(model, ids[1:2, 10:])
+    eos = next(int(t) for t in short[3:] if int(t) not in F.reference(model, ids[0:1]).tolist())
+    model.generation_config.eos_token_id = eos  # the short row ends early: the batch compacts to one row
+    out = lookahead.generate(model, ids, attention_mask=mask, cache_implementation="static", max_new_tokens=F.NEW)
+    for i, row in enumerate([ids[0:1], ids[1:2, 10:]]):
+        want = model.generate(row, do_sample=False, max_new_tokens=F.NEW)[0, row.shape[1]:]
+        assert out[i, ids.shape[1]:ids.shape[1] + len(want)].tolist() == want.tolist()
+    assert [state.cache.own for state in static._STATES[model]] == [{0, 1}, {0, 1}]  # both batch sizes

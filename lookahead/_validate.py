@@ -103,7 +103,8 @@ def check_inputs(facts: ModelFacts, input_ids, attention_mask) -> tuple[torch.Te
         attention_mask = attention_mask.long()
         if (attention_mask.sum(-1) == 0).any():
             raise ValueError("attention_mask has a row with no token to attend to (all zeros)")
-        check_left_padded(attention_mask)
+        if not facts.encoder_decoder:  # an encoder reads its whole input: padding on either side
+            check_left_padded(attention_mask)
     vocab = facts.vocab
     real = input_ids[attention_mask.bool()]
     if real.numel() and (real.min() < 0 or real.max() >= vocab):

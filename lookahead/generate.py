@@ -181,7 +181,8 @@ def _decode(model, input_ids, logits_processor, stopping_criteria, generation_co
     check_supported(generation_config, model_kwargs)
     facts = ModelFacts.of(model)  # what the target, the policies and the checks need to know of the model
     V.check_draft_shape(facts, settings.draft)
-    V.check_left_padded(model_kwargs.get("attention_mask"))
+    if not facts.encoder_decoder:  # its attention_mask is the encoder's, which may pad on either side
+        V.check_left_padded(model_kwargs.get("attention_mask"))
     V.check_layers(facts)
     V.check_alibi(facts, settings.draft, getattr(generation_config, "cache_implementation", None) == "static",
                   input_ids.shape[0])

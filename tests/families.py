@@ -38,7 +38,7 @@ SIZES = {
     "mamba_n_groups": 1, "mamba_chunk_size": 16, "state_size": 8, "time_step_rank": 8, "mamba_dt_rank": 8,
     "linear_key_head_dim": 16, "linear_value_head_dim": 16, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
     "linear_head_dim": 16, "linear_num_heads": 4, "index_head_dim": 16, "index_n_heads": 2, "index_topk": 8,
-    "num_mtp_layers": 0, "num_nextn_predict_layers": 0, "hidden_size_per_layer_input": 8, "embedding_size": HIDDEN,
+    "vocab_size_per_layer_input": VOCAB, "attention_window_size": WINDOW, "num_mtp_layers": 0, "num_nextn_predict_layers": 0, "hidden_size_per_layer_input": 8, "embedding_size": HIDDEN,
     "swa_num_attention_heads": HEADS, "swa_num_key_value_heads": KV_HEADS, "swa_head_dim": HEAD_DIM,
     "kv_channels": HEAD_DIM, "attention_hidden_size": HIDDEN, "decoder_sparse_step": 1, "conv_L_cache": 3,
     "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0,
@@ -48,6 +48,13 @@ OVERRIDES = {
     "gpt_neo": {"attention_types": [[["global", "local"], 1]]},
     "falcon": {"new_decoder_architecture": False},
     "bamba": {"attn_layer_indices": [1]},
+    "gemma3n_text": {"num_kv_shared_layers": 0},
+    "falcon_h1": {"mamba_d_ssm": 128, "mamba_n_heads": 8, "mamba_d_head": 16},
+    "zamba": {"attn_layer_period": 2, "attn_layer_offset": 1},
+    "zamba2": {"layers_block_type": ["mamba", "hybrid"]},
+    "recurrent_gemma": {"block_types": ["recurrent", "attention"]},
+    "dbrx": {"attn_config": {"rope_theta": 10000.0, "kv_n_heads": KV_HEADS, "clip_qkv": 8.0},
+             "ffn_config": {"ffn_hidden_size": 128, "moe_num_experts": 4, "moe_top_k": 2}},
     "lfm2": {"layer_types": ["conv", "full_attention"]},
     "lfm2_moe": {"layer_types": ["conv", "full_attention"], "num_dense_layers": 1},
     "granitemoehybrid": {"layer_types": ["mamba", "attention"]},
@@ -322,6 +329,10 @@ if __name__ == "__main__":
             model = None if why else tiny_model(name)
         except Exception as error:  # noqa: BLE001
             why = f"cannot be built tiny offline ({type(error).__name__}: {str(error).splitlines()[0][:80]})"
+        try:
+            why or reference(model, prompt())
+        except Exception as error:  # noqa: BLE001
+            why = f"transformers' own generate fails ({type(error).__name__}: {str(error).splitlines()[0][:80]})"
         if why:
             skipped.append(f"{name}: {why}")
             continue

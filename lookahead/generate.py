@@ -178,12 +178,12 @@ def decode(model, input_ids, logits_processor, stopping_criteria, generation_con
 def _decode(model, input_ids, logits_processor, stopping_criteria, generation_config, lookahead, inputs_tensor,
             **model_kwargs):
     settings = lookahead if lookahead is not None else make_settings()
-    check_supported(generation_config, model_kwargs)
     facts = ModelFacts.of(model)  # what the target, the policies and the checks need to know of the model
+    V.check_layers(facts)  # first: a state-space model's cache cannot even say its length
+    check_supported(generation_config, model_kwargs)
     V.check_draft_shape(facts, settings.draft)
     if not facts.encoder_decoder:  # its attention_mask is the encoder's, which may pad on either side
         V.check_left_padded(model_kwargs.get("attention_mask"))
-    V.check_layers(facts)
     V.check_alibi(facts, settings.draft, getattr(generation_config, "cache_implementation", None) == "static",
                   input_ids.shape[0])
     eos = settings.eos if settings.eos is not None else token_ids(generation_config.eos_token_id)

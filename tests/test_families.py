@@ -128,3 +128,23 @@ def test_the_static_cache_holds_latent_attention_layers_through_compaction():
         want = model.generate(row, do_sample=False, max_new_tokens=F.NEW)[0, row.shape[1]:]
         assert out[i, ids.shape[1]:ids.shape[1] + len(want)].tolist() == want.tolist()
     assert [state.cache.own for state in static._STATES[model]] == [{0, 1}, {0, 1}]  # both batch sizes
+
+
+@pytest.mark.parametrize("name, message", [("mamba", "is a state-space model"),
+                                           ("qwen3_next", r"has recurrent layers \(1 of 2: linear_attention\)")])
+def test_recurrent_models_are_refused_through_custom_generate_too(name, message):
+    """Where transformers calls lookahead's loop itself (`custom_generate`), a state-space or hybrid model is refused
+    before any forward, not with an error from its cache."""
+    import lookahead
+
+    if name not in F.causal_types():
+        pytest.skip(f"transformers has no {name}")
+    model = F.tiny_model(name)
+    calls = []
+    hook = model.register_forward_pre_hook(lambda *_: calls.append(1))
+    try:
+        with pytest.raises(ValueError, match=message):
+            model.generate(F.prompt(), custom_generate=lookahead.custom_generate, max_new_tokens=5)
+    finally:
+        hook.remove()
+    assert not calls

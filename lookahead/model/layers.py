@@ -115,20 +115,10 @@ def own_cache(model) -> str | None:
     return None
 
 
-def kinds_present(layers) -> set:
-    """The set of kinds among `layers`."""
-    return {layer.kind for layer in layers}
-
-
 def smallest_window(layers) -> int | None:
     """The smallest window of the sliding and chunked layers, None when no layer has one."""
     windows = [layer.window for layer in layers if layer.kind in WINDOWED and layer.window is not None]
     return min(windows, default=None)
-
-
-def recurrent(layers) -> list:
-    """The layers that keep a recurrent or convolution state."""
-    return [layer for layer in layers if layer.kind == RECURRENT]
 
 
 def state_space(layers) -> bool:

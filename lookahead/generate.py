@@ -30,6 +30,7 @@ from .index.recycle import Recycled
 from .model import make_target
 from .model.attention import packed_attention
 from .model.facts import ModelFacts
+from .model.layers import LayerKinds, check_slot_windows
 from .model.linear import packed_linears
 from .model.static import compiles_on_cpu
 
@@ -186,6 +187,8 @@ def _decode(model, input_ids, logits_processor, stopping_criteria, generation_co
         V.check_left_padded(model_kwargs.get("attention_mask"))
     V.check_alibi(facts, settings.draft, getattr(generation_config, "cache_implementation", None) == "static",
                   input_ids.shape[0])
+    check_slot_windows(LayerKinds.of(model.config), facts.name, settings.draft, input_ids.shape[0],
+                       getattr(generation_config, "cache_implementation", None) == "static")
     eos = settings.eos if settings.eos is not None else token_ids(generation_config.eos_token_id)
     pad = token_ids(generation_config.pad_token_id) or eos[:1] or (0,)
     max_new = _max_new(stopping_criteria, input_ids.shape[1])

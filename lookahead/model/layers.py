@@ -1,32 +1,132 @@
-"""What kind each decoder layer of a model is, as the model itself runs it: the one place that reads layer kinds.
+"""What each attention layer of a model attends to: every earlier position (full attention), the last `window`
+positions (sliding window: Mistral, Gemma 2/3, gpt-oss, Phi-3, ...) or the positions of its own chunk (chunked
+attention: Llama 4), read from transformers' own account of a config's layers (`get_layer_types_and_kwargs`, the
+one its caches are built from), so that a verification forward can give each kind of layer its own mask.
 
-The kinds come from transformers' own account of a config's layers (`cache_utils.get_layer_types_and_kwargs`, the
-layer types its caches are built from: `layer_types`, else a `sliding_window` or `attention_chunk_size` in force),
-with what the attention modules say where a config field is not what the layers do (GPT-Neo's local layers, set by
-`attention_layers`). A config's `sliding_window` that its layers do not use (Qwen2 with `use_sliding_window=False`,
-whose `layer_types` are all full attention) is therefore no window.
-
-Kinds:
-    "full"       attends to every earlier position: a KV cache that can be cut back
-    "sliding"    attends to the last `window` positions (itself included)
-    "chunked"    attends to earlier positions of its own chunk of `window` positions (Llama 4)
-    "indexed"    sparse attention over positions an indexer picks (DeepSeek-V3.2's DSA)
-    "recurrent"  keeps a recurrent or convolution state (Mamba, linear attention, short convolutions; also layers
-                 that keep one beside their attention cache): a state that a rejected draft has already changed
-    "none"       keeps nothing (MoE/MLP-only layers, layers that reuse another layer's cache)
-    other        a layer type transformers names and lookahead does not know (the name itself: DeepSeek-V4's
-                 "heavily_compressed_attention", ...): refused, since its cache may not roll back
-
-Example:
-    >>> [(layer.kind, layer.window) for layer in layer_kinds(model)]
-    [('sliding', 512), ('full', None)]
+A model's forward takes either one 4D mask for every layer or, when its layers are of several kinds, a dict of them
+keyed by kind (transformers' `causal_mask_mapping`); `LayerKinds.masks` builds whichever it takes from one
+`allowed` [b, Q, K] (what full attention sees: the cache slots a row kept, and in the step each node's ancestors)
+and the position of every key and query, so that windows follow positions (a tree's depths, a batch's holes), not
+cache slots.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-FULL, SLIDING, CHUNKED, INDEXED, RECURRENT, NONE = "full", "sliding", "chunked", "indexed", "recurrent", "none"
-WINDOWED = (SLIDING, CHUNKED)  # kinds that see a bounded span of positions
+import torch
+
+FULL, SLIDING, CHUNKED = "full_attention", "sliding_attention", "chunked_attention"
+WINDOWED = (SLIDING, CHUNKED)
+
+
+@dataclass(frozen=True)
+class LayerKinds:
+    """The kinds of attention a model's layers run, and each windowed kind's size.
+
+    Example:
+        >>> kinds = LayerKinds.of(gemma3.config)
+        >>> kinds.per_layer[:6], kinds.sizes
+        (('sliding_attention', ..., 'full_attention'), {'sliding_attention': 512})
+    """
+
+    per_layer: tuple  # each layer's kind, as transformers names it ("full_attention", "sliding_attention", ...)
+    sizes: dict  # windowed kind -> its window (sliding) or chunk (chunked), in positions
+    by_slot: int | None = None  # the window of layers that cut it themselves by cache slot (GPT-Neo's "local")
+
+    @classmethod
+    def of(cls, config) -> "LayerKinds":
+        text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+        kinds, kwargs = _layer_types(text)
+        sizes = {}
+        for kind, extra in zip(kinds, kwargs):
+            size = extra.get("sliding_window")
+            if kind in WINDOWED and isinstance(size, int) and size > 0:
+                sizes.setdefault(kind, size)
+        local = "local" in (getattr(text, "attention_layers", None) or ())  # GPT-Neo: a window of its own
+        return cls(tuple(kinds), sizes, getattr(text, "window_size", None) if local else None)
+
+    @property
+    def windowed(self) -> bool:
+        """Whether any layer attends to a window or a chunk rather than to every earlier position."""
+        return bool(self.sizes)
+
+    @property
+    def mixed(self) -> bool:
+        """Whether the attention layers are of several kinds (the model then takes a dict of masks)."""
+        return len({k for k in self.per_layer if k in (FULL, *WINDOWED)}) > 1
+
+    def smallest(self) -> int | None:
+        """The narrowest window or chunk of any layer (None: every layer attends to every earlier position)."""
+        return min(self.sizes.values()) if self.sizes else None
+
+    def masks(self, allowed: torch.Tensor, key_pos: torch.Tensor, query_pos: torch.Tensor, dtype: torch.dtype):
+        """The attention mask(s) of a forward: `allowed` [b, Q, K] bool (what full attention sees), `key_pos`
+        [b, K] and `query_pos` [b, Q] the positions of every key and query. Returns one additive mask
+        [b, 1, Q, K] for a model whose layers are all of one kind, else a dict kind -> that kind's mask."""
+        masks = {kind: _additive(allowed & _sees(kind, size, key_pos, query_pos), dtype)
+                 for kind, size in self.sizes.items()}
+        if not self.mixed:
+            return next(iter(masks.values()))
+        masks[FULL] = _additive(allowed, dtype)
+        return masks
+
+
+def check_slot_windows(kinds: LayerKinds, name: str, draft: str, rows: int, static: bool) -> None:
+    """Raise ValueError, before any forward, for the calls whose cache slots and positions part ways on a model
+    whose layers cut their window by cache slot (GPT-Neo's local layers, from a mask of their own that no mask
+    passed in replaces): a tree's nodes sit further apart in slots than in depth, a batch's rows keep the slots of
+    rejected drafts (masked), and the static cache's keys are its whole buffer."""
+    if kinds.by_slot is None:
+        return
+    what = ("draft='tree'" if draft == "tree" else f"a batch of {rows} rows" if rows > 1
+            else "cache_implementation='static'" if static else None)
+    if what is not None:
+        raise ValueError(f"{what} is not supported for {name}: its local attention layers cut their window of "
+                         f"{kinds.by_slot} tokens by cache slot, which a tree, the masked slots of a batch and the "
+                         f"static cache move away from positions; use draft='chain', one row per call and leave "
+                         f"cache_implementation unset")
+
+
+def _sees(kind: str, size: int, key_pos: torch.Tensor, query_pos: torch.Tensor) -> torch.Tensor:
+    """[b, Q, K]: which keys a query of a `kind` layer may see by position (transformers' `sliding_window_overlay`
+    and `chunked_overlay`, on positions): the last `size` positions, or those of its own chunk."""
+    q, k = query_pos[:, :, None], key_pos[:, None, :]
+    if kind == SLIDING:
+        return q - k < size
+    return torch.div(q, size, rounding_mode="floor") == torch.div(k, size, rounding_mode="floor")
+
+
+def _additive(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """[b, Q, K] bool -> the additive 4D mask [b, 1, Q, K] attention layers take."""
+    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill_(
+        ~allowed, torch.finfo(dtype).min)[:, None]
+
+
+def _layer_types(text) -> tuple:
+    """(kinds, per-layer kwargs) as transformers' caches read them; older transformers: from the config's fields."""
+    try:
+        from transformers.cache_utils import get_layer_types_and_kwargs
+
+        kinds, kwargs = get_layer_types_and_kwargs(text)
+        return list(kinds), list(kwargs)
+    except (ImportError, AttributeError, TypeError):
+        pass
+    kinds = getattr(text, "layer_types", None)
+    layers = getattr(text, "num_hidden_layers", 0) or 0
+    window, chunk = getattr(text, "sliding_window", None), getattr(text, "attention_chunk_size", None)
+    if kinds is None:
+        kind = SLIDING if window else CHUNKED if chunk else FULL
+        kinds = [kind] * layers
+    return list(kinds), [{"sliding_window": window if k == SLIDING else chunk if k == CHUNKED else None}
+                         for k in kinds]
+
+# Every decoder layer's kind, for the checks that refuse what lookahead cannot run exactly (`_validate.check_layers`):
+# besides the attention kinds above, "indexed_attention" (sparse attention over keys an indexer picks: DeepSeek-V3.2's
+# DSA), "recurrent" (a recurrent or convolution state: Mamba, linear attention, short convolutions; also transformers'
+# "hybrid" layers that keep one beside an attention cache: a state a rejected draft has already changed), "none"
+# (MoE/MLP-only layers, layers that reuse another's cache), or another name transformers gives and lookahead does not
+# know (DeepSeek-V4's "heavily_compressed_attention", ...: refused, since its cache may not roll back).
+INDEXED, RECURRENT, NONE = "indexed_attention", "recurrent", "none"
 KNOWN = (FULL, SLIDING, CHUNKED, INDEXED, RECURRENT, NONE)
 HYBRID = ("hybrid", "hybrid_sliding")  # recurrent layer types that also keep an attention cache
 
@@ -35,7 +135,8 @@ HYBRID = ("hybrid", "hybrid_sliding")  # recurrent layer types that also keep an
 class Layer:
     """One decoder layer's kind.
 
-    kind: one of the module's kinds (`FULL`, `SLIDING`, ...), or transformers' name for a type lookahead does not know.
+    kind: one of `KNOWN` (`FULL`, `SLIDING`, ..., `RECURRENT`), or transformers' name for a type lookahead does not
+        know.
     name: the layer type as transformers names it ("sliding_attention", "linear_attention", "conv", "local", ...).
     window: positions a sliding layer sees (itself included), or a chunked layer's chunk size; None otherwise.
     """
@@ -47,7 +148,12 @@ class Layer:
 
 def layer_kinds(model) -> tuple:
     """The kind of each decoder layer of `model` (a transformers `PreTrainedModel`), in order (empty where
-    transformers gives no account of its layers)."""
+    transformers gives no account of its layers).
+
+    Example:
+        >>> [(layer.kind, layer.window) for layer in layer_kinds(gemma3)][:2]
+        [('sliding_attention', 512), ('sliding_attention', 512)]
+    """
     layers = list(config_layer_kinds(model.config))
     for i, window in _local_modules(model):  # the layers' own local window over what transformers' types say
         if i < len(layers):
@@ -82,7 +188,7 @@ def _kind(name: str, kwargs: dict, cls) -> Layer:
     if cls.__name__ == "DummyLayer":
         return Layer(NONE, name)
     if cls is getattr(C, "DynamicSlidingWindowLayer", None):
-        return Layer(CHUNKED if name == "chunked_attention" else SLIDING, name, window)
+        return Layer(CHUNKED if name == CHUNKED else SLIDING, name, window)
     if cls.__name__ == "DynamicIndexedLayer":
         return Layer(INDEXED, name)
     if cls is C.DynamicLayer:

@@ -101,11 +101,6 @@ class SlotCache(Cache):
 
 def check_static(facts, slots: int) -> None:
     """Raise ValueError where the static cache cannot hold the attention of the model (its `ModelFacts`) exactly."""
-    window = facts.window
-    if window is not None and window < slots:
-        raise ValueError(f"cache_implementation='static' needs full attention; {facts.name} attends to a "
-                         f"sliding window of {window} tokens, less than the {slots} this call may hold: leave "
-                         f"cache_implementation unset")
     if facts.encoder_decoder:
         raise ValueError("cache_implementation='static' needs a decoder-only model; leave cache_implementation unset "
                          f"for {facts.name}")

@@ -64,8 +64,8 @@ class SlotCache(Cache):
 
     def __init__(self, config, batch: int, slots: int, dtype: torch.dtype, device):
         text = config.get_text_config(decoder=True)
-        heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
-        head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+        heads = _shared(text, "num_key_value_heads") or text.num_attention_heads
+        head_dim = _shared(text, "head_dim") or text.hidden_size // text.num_attention_heads
         self.slots = slots
         self.kv = torch.zeros((2, text.num_hidden_layers, batch, heads, slots, head_dim), dtype=dtype, device=device)
         self.rows = torch.arange(batch, device=device)[:, None]
@@ -97,6 +97,15 @@ class SlotCache(Cache):
                 mine.own(theirs.keys[:1, :, :1], theirs.values[:1, :, :1])
             mine.keys[:, :, :n] = theirs.keys[index, :, :n]
             mine.values[:, :, :n] = theirs.values[index, :, :n]
+
+
+def _shared(text, name: str):
+    """A config value every layer shares, or None: where layers differ (Gemma 4's per-layer head sizes: transformers
+    refuses the global read) the layers that differ size their buffers from their first keys (`SlotLayer.own`)."""
+    try:
+        return getattr(text, name, None)
+    except Exception:  # noqa: BLE001 (transformers' AmbiguousGlobalPerLayerAttributeError, an AttributeError or not)
+        return None
 
 
 def check_static(facts, slots: int) -> None:

@@ -15,7 +15,7 @@ ALLOWED = {
     "generate": {"_checks", "_validate", "index", "verify", "model", "decode"},
     "plugin": {"generate", "decode"},
     "demo": {"generate", "models", "threads", "demo_article"},
-    "job": {"_checks", "arguments", "generate", "index", "models"},
+    "job": {"_checks", "arguments", "generate", "index", "models", "threads"},
     "bench": {"_checks", "arguments", "index", "verify", "model", "decode", "generate", "models", "threads"},
     "cli": {"arguments", "demo", "job", "bench", "models"},
     "__main__": {"cli"},

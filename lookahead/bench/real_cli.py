@@ -12,9 +12,9 @@ import json
 import os
 import sys
 
-from ..arguments import draft_cost
+from ..arguments import DTYPES, draft_cost
 from .arguments import method_name, positive_int
-from .real import METHODS
+from .methods import REAL_DEFAULT as METHODS
 from .real_workloads import OTHERS, WORKLOADS
 
 QUICK = {"workloads": ["summarization", "rag", "code-edit", "spec-bench/writing"], "max_new": 64}
@@ -44,7 +44,7 @@ def add_parser(kinds) -> None:
                         "lookahead's default)")
     p.add_argument("--threads", default="auto",
                    help="torch threads, or auto: as many as the cores no other process is using now (default)")
-    p.add_argument("--dtype", default="fp32", choices=("fp32", "bf16", "fp16"))
+    p.add_argument("--dtype", default="fp32", choices=DTYPES)
     p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     p.add_argument("--data", default=None, metavar="DIR", help="the shared data folder (default ../shared/data)")
     p.add_argument("--output", default="bench-real.jsonl", metavar="OUT.jsonl",

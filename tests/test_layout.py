@@ -6,11 +6,11 @@ PACKAGE = Path(__file__).resolve().parents[1] / "lookahead"
 
 # room -> the rooms it may import (docs/architecture.md, "Rooms")
 ALLOWED = {
-    "_checks": set(), "arguments": set(), "models": set(), "threads": set(), "demo_article": set(),
+    "_checks": set(), "_store": set(), "arguments": set(), "models": set(), "threads": set(), "demo_article": set(),
     "index": {"_checks"},
     "verify": {"index"},
-    "model": {"_checks", "verify"},
-    "decode": {"_checks", "index", "verify", "model"},
+    "model": {"_checks", "_store", "verify"},
+    "decode": {"_checks", "_store", "index", "verify", "model"},
     "_validate": {"_checks", "model"},
     "generate": {"_checks", "_validate", "index", "verify", "model", "decode"},
     "plugin": {"generate", "decode"},

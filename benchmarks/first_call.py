@@ -8,8 +8,9 @@ Each phase is a fresh Python process (this script run with ``--child``):
 - warm caches: a new process over the caches the first phase left.
 
 In each, the model is loaded, then the same default call (``lookahead.generate(model, ids, max_new_tokens=N)``, the
-demo's prompt) runs twice; the first call's extra seconds over the second are what the user notices. --help is the
-best of three runs of ``python -m lookahead [CMD] --help``.
+demo's prompt) runs twice; the first call's extra seconds over the second are what the user notices, with what the
+imports cost (``import lookahead`` and ``lookahead.demo``, which imports `generate`). --help is the best of three runs
+of ``python -m lookahead [CMD] --help``.
 
 Example::
 
@@ -97,11 +98,12 @@ def main() -> None:
         phases = {"fresh install": run_child(args, env), "warm caches": run_child(args, env)}
     print(f"model {Path(args.model).name}, lookup={args.lookup}, {args.max_new_tokens} new tokens, "
           f"{args.threads} torch thread(s); load {os.getloadavg()[0]:.2f}\n")
-    print("| process | import s | model load s | first call s | second call s | first - second s |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    print("| process | import s | model load s | first call s | second call s | first - second s | start to first "
+          "call's end s |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for name, r in phases.items():
         print(f"| {name} | {r['import']:.1f} | {r['load']:.1f} | {r['first']:.2f} | {r['second']:.2f} | "
-              f"{r['first'] - r['second']:.2f} |")
+              f"{r['first'] - r['second']:.2f} | {r['import'] + r['load'] + r['first']:.1f} |")
     if not args.no_help:
         print("\n| command | seconds (best of 3) |\n| --- | ---: |")
         for argv in HELP:

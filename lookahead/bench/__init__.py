@@ -1,7 +1,7 @@
 """Measurement tools behind `lookahead bench` and benchmarks/: one registry of compared methods (`methods`),
 model-free replay (`replay`, `quality`), peers and hindsight ceilings that need no extra package (`peers`,
 `oracles`), trace files and git history as workloads, forced replay of recorded outputs on the device (`forcing`),
-timing of calls and forwards (`timing`), and the wall-clock, GPU, host-overhead and index harnesses.
+timing of calls and forwards (`timing`), and the wall-clock, GPU and index harnesses.
 
 The names below are imported on first use, so that the console script's parser (`bench.cli`) loads no torch."""
 import importlib

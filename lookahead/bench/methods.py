@@ -4,7 +4,7 @@ the index timing, and how the wall-clock harnesses run it.
 A method may have a drafter (``make(setup)`` returns ``make_proposer(trace)``, called once per dataset, so that a
 cache shared across one dataset's traces starts empty), a way to generate (``runner`` "hf" for transformers'
 ``model.generate``, "lookahead" for ``lookahead.generate``, with ``options``; "call" for a loop of its own,
-``options["generate"](model, ids, mask, max_new, eos)``, such as `host.floor`), or both. SuffixDecoding needs an
+``options["generate"](model, ids, mask, max_new, eos)``), or both. SuffixDecoding needs an
 extra package: its drafters live in ``benchmarks/suffix_decoding.py`` and are passed to ``resolve`` as ``external``.
 
 Example::

@@ -1,5 +1,5 @@
 """`lookahead bench real`: a real instruct model (SmolLM2-135M-Instruct by default) writing its own greedy answers
-to real prompts; greedy, HF prompt lookup and lookahead's methods timed in turns (`real.py`).
+to real prompts; greedy, HF prompt lookup and lookahead's methods timed in turns (`real.py` in this package).
 
 Results are appended to ``--output`` (JSONL) one workload at a time, so a run that dies loses at most the workload
 under way; a rerun with the same options skips the workloads already there. A file written with other options is

@@ -8,8 +8,6 @@ slots. On a CPU one kernel writes a step's inputs and mask (`_kernels`), another
 """
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 import torch
 
@@ -21,7 +19,7 @@ from .cache import keep_slots, new_cache, rollback, select_rows
 from .facts import ModelFacts
 from .static import prompt_positions, prompt_sources
 
-_warm_up = functools.cache(K.warm_up)  # on the first CausalLM, not at import: a call compiles what it needs
+# No warm-up at import: each kernel compiles (or loads from numba's cache) on first use, with the types it gets.
 
 
 class CausalLM:
@@ -39,7 +37,6 @@ class CausalLM:
     pads = None  # pads[n]: the drafts a step verifying n pads to, where it costs less (`pad_to`); None: n
 
     def __init__(self, model, facts: ModelFacts, input_ids: torch.Tensor, mask: torch.Tensor):
-        _warm_up()
         self.model, self.facts, self.input_ids = model, facts, input_ids
         self._slots = torch.zeros((len(mask), 2 * mask.shape[1] + 64), dtype=mask.dtype, device=mask.device)
         self._slots[:, : mask.shape[1]] = mask  # [b, capacity]: the cache slots each row sees, the first `width`

@@ -25,6 +25,8 @@ if getattr(tok, "chat_template", None):
 else:  # a base model (stories260K): the file and the start of its copy
     ids = torch.tensor([tok.encode(f"{INSTRUCTION}\n\n```python\n{DOCUMENT}```\n\n```python\n")])
 
+limit = getattr(model.config, "max_position_embeddings", None) or ids.shape[1] + MAX_NEW_TOKENS
+MAX_NEW_TOKENS = min(MAX_NEW_TOKENS, limit - ids.shape[1])  # stories260K holds 512 positions
 t0 = time.perf_counter()
 plain = model.generate(ids, do_sample=False, max_new_tokens=MAX_NEW_TOKENS)
 t1 = time.perf_counter()

@@ -25,6 +25,7 @@ def _demo(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from .job import cli as job
     from .bench import cli as bench
+    from .serve import cli as serve
     from .demo import DEFAULT_MODEL, TASKS
 
     parser = argparse.ArgumentParser(prog="lookahead", description="Lossless n-gram speculative decoding.")
@@ -45,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=_demo)
     job.add_parser(sub)
     bench.add_parser(sub)
+    serve.add_parser(sub)
     return parser
 
 

@@ -115,7 +115,8 @@ class Row:
         """Draft tokens the row's policy asks for in a batch of `batch` rows (0 without a match or an index)."""
         if self.index is None or self.index.match_length == 0:
             return 0
-        ask = self.length.choose(np.full(batch, self.index.match_length))[0]  # the batch's cost table
+        batch = batch if self.sampling.greedy else 1  # a sampling row's drafts never depend on the others: a seed
+        ask = self.length.choose(np.full(batch, self.index.match_length))[0]  # replays; greedy: the batch's costs
         return int(min(ask, self.max_new - 1 - len(self.out)))
 
     def draft(self, budget: int, fill: int) -> Draft:

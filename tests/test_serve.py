@@ -118,6 +118,7 @@ def test_sixteen_concurrent_clients_of_mixed_lengths_each_equal_greedy(server, c
     for (prompt, max_new, _), text in zip(jobs, got):
         assert text == greedy(reference, prompt_ids(reference, prompt), max_new), (prompt, max_new)
     assert _wait_for(lambda: server[1].engine.rows == [])
+    assert server[1].engine.peak > 4  # the clients were batched together
     assert _metric(server[0], "lookahead_running_rows") == 0
 
 

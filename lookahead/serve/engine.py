@@ -81,6 +81,7 @@ class Engine:
         self.last = np.zeros(0, dtype=np.int64)  # [b] each row's newest token, not yet in the cache
         self.stats = GenerationStats()  # forwards, for the metrics
         self.freed = 0  # cancelled rows dropped from the batch (or never prefilled)
+        self.peak = 0  # most rows a step has verified together
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="lookahead-engine", daemon=True)
         self.error: BaseException | None = None
@@ -165,6 +166,7 @@ class Engine:
     def _step(self) -> None:
         rows, target = self.rows, self.target
         b = len(rows)
+        self.peak = max(self.peak, b)
         budgets = [row.budget(b) for row in rows]
         drafts = [row.draft(n, max(budgets)) for row, n in zip(rows, budgets)]
         batch = DraftBatch.pack(drafts, all(row.chain for row in rows))

@@ -22,11 +22,11 @@ import numpy as np
 import torch
 
 from ..decode.calibrate import budget, draft_cost
-from ..decode.settings import DRAFT_TOKENS, make_settings
+from ..decode.policy import CostCurve
+from ..decode.settings import DRAFT_TOKENS, GenerationStats, make_settings
 from ..model.attention import packed_attention
 from ..model.facts import ModelFacts
 from ..model.linear import packed_linears
-from ..decode.settings import GenerationStats
 from ..verify.batch import DraftBatch, Verdict
 from ..verify.greedy import greedy_accept_with_bonus
 from ..verify.rules import argmax_rows
@@ -75,6 +75,9 @@ class Engine:
         self.chain_cost = _cost(model, self.facts, draft_cost, False)
         self.sampling_cost = _cost(model, self.facts, None, True)
         self.num_draft_tokens = max(DRAFT_TOKENS, budget(self.chain_cost, DRAFT_TOKENS))
+        self.pads = None  # at batch 1 on a measured curve, the drafts a chain step pads to (`CausalLM.pad_to`)
+        if isinstance(self.chain_cost, CostCurve):
+            self.pads = self.chain_cost.pads_within(self.num_draft_tokens)
         self.pending: queue.Queue = queue.Queue()
         self.rows: list = []  # the running batch's rows, in its order
         self.target = None  # ServingLM of the running batch
@@ -167,8 +170,10 @@ class Engine:
         rows, target = self.rows, self.target
         b = len(rows)
         self.peak = max(self.peak, b)
+        target.pads = self.pads if b == 1 else None  # where a wider forward costs less (measured at batch 1)
         budgets = [row.budget(b) for row in rows]
-        drafts = [row.draft(n, max(budgets)) for row, n in zip(rows, budgets)]
+        fill = target.padded(max(budgets))  # the columns the step computes anyway
+        drafts = [row.draft(n, fill) for row, n in zip(rows, budgets)]
         batch = DraftBatch.pack(drafts, all(row.chain for row in rows))
         logits = target.verify(self.last, batch, self.stats)  # [b, N+1, V]
         verdict = self._accept(rows, batch, logits)

@@ -211,9 +211,10 @@ def main(argv=None) -> int:
     base = jobs(args.workloads, args.per_workload, args.max_prompt, tokenizer, args.data)
     print(f"# {len(base)} prompts, {args.max_tokens} new tokens, threads {args.threads}, load "
           f"{os.getloadavg()[0]:.2f}, {platform.processor() or platform.machine()}", flush=True)
-    texts, rows = {}, []
+    texts, rows = {}, []  # texts[clients][job number]: the first mode's answer
     for mode in args.modes:
-        work = base if mode != "no-prediction" else [j for j in base if j[2] is not None]
+        numbered = [(i, j) for i, j in enumerate(base) if mode != "no-prediction" or j[2] is not None]
+        work = [j for _, j in numbered]
         if not work:
             continue
         port = free_port()
@@ -223,11 +224,15 @@ def main(argv=None) -> int:
         try:
             level(url, model, work[:1], mode, 1, 8, tokenizer)  # warm-up
             for clients in args.clients:
-                batch = (work * (-(-clients // len(work))))[: max(clients, len(work))]
+                count = max(clients, len(work))
+                batch, keys = [work[k % len(work)] for k in range(count)], [numbered[k % len(work)][0]
+                                                                            for k in range(count)]
                 run = level(url, model, batch, mode, clients, args.max_tokens, tokenizer)
                 s = summary(run)
-                ref = texts.setdefault(clients, [r["text"] for r in run["records"]])
-                s["mismatches"] = sum(a != b["text"] for a, b in zip(ref, run["records"]))
+                ref = texts.setdefault(clients, {})
+                for key, record in zip(keys, run["records"]):
+                    ref.setdefault(key, record["text"])
+                s["mismatches"] = sum(ref[key] != r["text"] for key, r in zip(keys, run["records"]))
                 s["load"] = os.getloadavg()[0]
                 print(json.dumps({k: (round(v, 3) if isinstance(v, float) else v) for k, v in s.items()
                                   if k != "by_workload"}), flush=True)

@@ -23,6 +23,8 @@ from .row import Row, Sampling
 from .schemas import BadRequest, Request, parse_body, parse_request
 
 COMPLETIONS_MAX_TOKENS = 16  # OpenAI's default max_tokens for /v1/completions
+SERVER_ERROR = {"error": {"message": "The server failed while decoding this request (its log says why); other "
+                                     "requests go on.", "type": "server_error", "param": None, "code": None}}
 
 
 class Served:
@@ -163,6 +165,9 @@ async def _complete(served: Served, request: HTTPRequest, chat: bool):
     if waiter not in done:  # the client went away: its rows were cancelled above
         served.metrics.requests.labels(endpoint, "499").inc()
         return Response(status_code=499)
+    if any(row.finish == "error" for row in rows):
+        served.metrics.requests.labels(endpoint, "500").inc()
+        return JSONResponse(SERVER_ERROR, status_code=500)
     served.metrics.requests.labels(endpoint, "200").inc()
     return reply.whole()
 
@@ -205,6 +210,9 @@ async def _stream(served: Served, reply: "Reply", events: asyncio.Queue):
             j, (kind, value) = await events.get()
             if kind == "text":
                 yield _sse(reply.chunk(j, text=value))
+            elif value == "error":
+                yield _sse(SERVER_ERROR)
+                return
             else:
                 done += 1
                 yield _sse(reply.chunk(j, finish=_finish(value)))

@@ -119,17 +119,28 @@ class Engine:
         try:
             with torch.inference_mode(), _fast(self.model):
                 while not self._stop.is_set():
-                    self._admit()
-                    self._drop([row.cancelled or row.done for row in self.rows])
-                    if self.rows:
-                        self._step()
-                    self._gauge()
+                    self._turn()
         except BaseException as error:  # noqa: BLE001: every waiting client must hear of it
             logger.exception("lookahead serve: the decoding loop failed")
             self.error = error
         finally:
             for row in self.rows + _drain(self.pending):
                 row.close("cancelled")
+
+    def _turn(self) -> None:
+        """One turn of the loop. A step that fails ends the rows of its batch with an error (their clients hear
+        of it) and the loop goes on with the rows that arrive next."""
+        try:
+            self._admit()
+            self._drop([row.cancelled or row.done for row in self.rows])
+            if self.rows:
+                self._step()
+        except Exception:  # noqa: BLE001: one batch's failure must not stop the server
+            logger.exception("lookahead serve: a step failed; its rows end with an error")
+            for row in self.rows:
+                row.close("error")
+            self.rows, self.target, self.last = [], None, self.last[:0]
+        self._gauge()
 
     def _admit(self) -> None:
         """Prefill the rows that arrived (waiting for one when none runs) and join them to the batch."""
@@ -144,7 +155,11 @@ class Engine:
                 self.freed += 1
                 self._finished(row, "cancelled")
                 continue
-            self._prefill(row)
+            try:
+                self._prefill(row)
+            except Exception:  # noqa: BLE001: this row's failure is its own
+                logger.exception("lookahead serve: a prefill failed; its row ends with an error")
+                row.close("error")
 
     def _prefill(self, row) -> None:
         row.start(self.memory, self.chain_cost, self.sampling_cost, self.num_draft_tokens, self.facts.device)

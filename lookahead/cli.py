@@ -7,6 +7,7 @@ import sys
 from .arguments import positive_int
 from .bench import cli as bench
 from .job import cli as job
+from .serve import cli as serve
 
 # The parser loads no torch, transformers or numba (tests/test_cli.py checks): `lookahead --help` answers at once,
 # and a command imports what it runs when it runs. demo.TASKS, repeated here for that reason, is checked equal.
@@ -47,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=_demo)
     job.add_parser(sub)
     bench.add_parser(sub)
+    serve.add_parser(sub)
     return parser
 
 

@@ -17,7 +17,8 @@ ALLOWED = {
     "demo": {"generate", "models", "threads", "demo_article"},
     "job": {"_checks", "arguments", "generate", "index", "models", "threads"},
     "bench": {"_checks", "arguments", "index", "verify", "model", "decode", "generate", "models", "threads"},
-    "cli": {"arguments", "demo", "job", "bench", "models"},
+    "serve": {"_checks", "arguments", "index", "verify", "model", "decode", "models"},
+    "cli": {"arguments", "demo", "job", "bench", "serve", "models"},
     "__main__": {"cli"},
     "__init__": set(),  # imports its public names lazily, by name (`_SOURCES`)
 }

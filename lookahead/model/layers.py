@@ -59,12 +59,17 @@ class LayerKinds:
         """The narrowest window or chunk of any layer (None: every layer attends to every earlier position)."""
         return min(self.sizes.values()) if self.sizes else None
 
-    def masks(self, allowed: torch.Tensor, key_pos: torch.Tensor, query_pos: torch.Tensor, dtype: torch.dtype):
+    def masks(self, allowed: torch.Tensor, key_pos: torch.Tensor, query_pos: torch.Tensor, dtype: torch.dtype,
+              views: dict | None = None):
         """The attention mask(s) of a forward: `allowed` [b, Q, K] bool (what full attention sees), `key_pos`
-        [b, K] and `query_pos` [b, Q] the positions of every key and query. Returns one additive mask
-        [b, 1, Q, K] for a model whose layers are all of one kind, else a dict kind -> that kind's mask."""
-        masks = {kind: _additive(allowed & _sees(kind, size, key_pos, query_pos), dtype)
-                 for kind, size in self.sizes.items()}
+        [b, K] and `query_pos` [b, Q] the positions of every key and query; `views`: kind -> (allowed, key_pos)
+        over that kind's own keys, where its layers keep other slots (a static cache's ring). Returns one additive
+        mask [b, 1, Q, K] for a model whose layers are all of one kind, else a dict kind -> that kind's mask."""
+        views = views or {}
+        masks = {}
+        for kind, size in self.sizes.items():
+            seen, pos = views.get(kind, (allowed, key_pos))
+            masks[kind] = _additive(seen & _sees(kind, size, pos, query_pos), dtype)
         if not self.mixed:
             return next(iter(masks.values()))
         masks[FULL] = _additive(allowed, dtype)

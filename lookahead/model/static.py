@@ -31,7 +31,7 @@ import torch
 from ..verify.rules import argmax, argmax_rows
 from . import _kernels as K
 from .facts import ModelFacts
-from .layers import LayerKinds
+from .layers import SLIDING, LayerKinds
 from .slot_cache import SlotCache, check_static
 
 logger = logging.getLogger(__name__)
@@ -54,9 +54,12 @@ class _State:
     def __init__(self, model, facts: ModelFacts, batch: int, slots: int, compile_config=None):
         device = facts.device
         self.key = _key(facts, batch, compile_config)
-        self.cache = SlotCache(model.config, batch, slots, facts.dtype, device)
+        kinds = LayerKinds.of(model.config)
+        self.ring = _ring(kinds, slots)  # a sliding layer's slots (None: every layer keeps the whole call)
+        rings = {i: self.ring for i, kind in enumerate(kinds.per_layer) if kind == SLIDING} if self.ring else {}
+        self.cache = SlotCache(model.config, batch, slots, facts.dtype, device, rings)
         self.kv, self.dtype = facts.kv, facts.dtype  # the keyword the model's forward takes the cache by
-        self.kinds = LayerKinds.of(model.config)  # windowed layers get masks of their own, by position
+        self.kinds = kinds  # windowed layers get masks of their own, by position
         self.prompt_valid = torch.zeros((batch, slots), dtype=torch.bool, device=device)
         self.start = torch.zeros((), dtype=torch.long, device=device)  # first slot after the prompts
         self.inputs, self.outputs, self.graphs = {}, {}, {}  # outputs: width -> (logits, argmax) of its graph
@@ -129,7 +132,8 @@ def _step(model, state: _State, inputs: torch.Tensor) -> tuple:
         # committed), the step's columns their nodes' own
         key_pos = torch.where(in_step[:, 0], positions.gather(1, offset[:, 0].clamp(0, width - 1)),
                               s[None, :] - (write - positions[:, 0])[:, None])
-        mask = state.kinds.masks(allowed, key_pos, positions, state.dtype)
+        views = {SLIDING: _ring_view(allowed, key_pos, write + width, state.ring)} if state.ring else None
+        mask = state.kinds.masks(allowed, key_pos, positions, state.dtype, views)
     logits = model(input_ids=tokens, attention_mask=mask, position_ids=positions,
                    **{state.kv: state.cache}, use_cache=True,
                    cache_position=torch.arange(width, device=inputs.device)).logits
@@ -205,10 +209,15 @@ class StaticCausalLM:
             # has (1), so that it sees itself through any window
             pad = p - self.mask.sum(-1, keepdim=True)
             key_pos = torch.where(s[None, :] >= pad, s[None, :] - pad, 1)
-            mask = state.kinds.masks(allowed, key_pos, positions, self.facts.dtype)
-        logits = self.model(input_ids=self.input_ids, attention_mask=mask,
-                            position_ids=positions, **{state.kv: state.cache}, use_cache=True,
-                            cache_position=torch.arange(p, device=dev), **self.facts.last_logits_only()).logits
+            views = {SLIDING: (allowed[:, :, :p], key_pos[:, :p])} if state.ring else None  # the prompt's own keys
+            mask = state.kinds.masks(allowed, key_pos, positions, self.facts.dtype, views)
+        state.cache.prefilling = True
+        try:
+            logits = self.model(input_ids=self.input_ids, attention_mask=mask,
+                                position_ids=positions, **{state.kv: state.cache}, use_cache=True,
+                                cache_position=torch.arange(p, device=dev), **self.facts.last_logits_only()).logits
+        finally:
+            state.cache.prefilling = False
         stats.add_forward(len(self.active))
         return logits[:, -1:]
 
@@ -483,6 +492,28 @@ def static_mode(facts: ModelFacts, config) -> tuple | None:
     if implementation is None and cuda and not off and not spread and facts.model_type in TESTED:
         return True, None
     return None
+
+
+def _ring(kinds: LayerKinds, slots: int) -> int | None:
+    """The slots a sliding layer keeps: its window and the widest step (a query sees the window's last positions
+    before the step and the step's columns), rounded up to 64; None where that is no fewer than the call's."""
+    window = kinds.sizes.get(SLIDING)
+    if window is None:
+        return None
+    ring = -(-(window - 1 + WIDTHS[-1]) // 64) * 64
+    return ring if ring < slots else None
+
+
+def _ring_view(allowed: torch.Tensor, key_pos: torch.Tensor, end: torch.Tensor, ring: int) -> tuple:
+    """(allowed [b, Q, R], key positions [b, R]) over a ring of R slots from what they are over every slot: ring
+    index j holds each row's newest slot j mod R before `end` [b] (the step's end), -1 where none was written."""
+    j = torch.arange(ring, device=end.device)
+    base = end[:, None] - ring
+    slot = base + torch.remainder(j[None, :] - base, ring)  # [b, R] the slot each ring index holds
+    held = slot >= 0
+    index = slot.clamp(min=0)
+    seen = allowed.gather(2, index[:, None, :].expand(-1, allowed.shape[1], -1)) & held[:, None, :]
+    return seen, key_pos.gather(1, index)
 
 
 def _additive(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -64,8 +64,7 @@ class SlotCache(Cache):
 
     def __init__(self, config, batch: int, slots: int, dtype: torch.dtype, device):
         text = config.get_text_config(decoder=True)
-        heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
-        head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+        heads, head_dim = _kv_shape(text)
         self.slots = slots
         self.kv = torch.zeros((2, text.num_hidden_layers, batch, heads, slots, head_dim), dtype=dtype, device=device)
         self.rows = torch.arange(batch, device=device)[:, None]
@@ -97,6 +96,19 @@ class SlotCache(Cache):
                 mine.own(theirs.keys[:1, :, :1], theirs.values[:1, :, :1])
             mine.keys[:, :, :n] = theirs.keys[index, :, :n]
             mine.values[:, :, :n] = theirs.values[index, :, :n]
+
+
+def _kv_shape(text) -> tuple:
+    """(key/value heads, head size) of the shared buffer, from the config as far as it says them for every layer (a
+    config whose layers differ, Gemma 4's, raises on the global field: its first layer's then); a layer whose keys or
+    values differ gets buffers of its own at its first update (`SlotLayer.own`)."""
+    for source in (text, *(getattr(text, "per_layer_config", None) or [])[:1]):
+        try:
+            heads = getattr(source, "num_key_value_heads", None) or source.num_attention_heads
+            return heads, getattr(source, "head_dim", None) or source.hidden_size // source.num_attention_heads
+        except (AttributeError, RuntimeError):  # transformers' AmbiguousGlobalPerLayerAttributeError is a RuntimeError
+            continue
+    return 1, 1  # every layer sizes its own buffers
 
 
 def check_static(facts, slots: int) -> None:

@@ -195,8 +195,9 @@ REFUSALS = [
      r"is not supported for .*: its local attention layers cut their window of \d+ tokens by cache slot"),
 ]
 KNOWN_FAILURES = {  # (family, call) -> why it fails for now: xfail, not strict (none may hide behind a feature)
-    ("moshi", "static"): "the static cache over Moshi's sliding layers returns other tokens (found after the window "
-                         "masks landed; coordinator)",
+    ("moshi", "static"): "Moshi's forward builds full causal masks though its config names a window: transformers' "
+                         "own generate windows only through its sliding cache layers, after an unwindowed prefill; "
+                         "the static prefill applies the window, so its tokens differ (an open bug)",
 }
 _REFERENCES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> {prompt: greedy tokens}
 

@@ -1,5 +1,5 @@
 """`lookahead bench real`: a real instruct model (SmolLM2-135M-Instruct by default) writing its own greedy answers
-to real prompts; greedy, HF prompt lookup and lookahead's methods timed in turns (`real.py`).
+to real prompts; greedy, HF prompt lookup and lookahead's methods timed in turns (`real.py` in this package).
 
 Results are appended to ``--output`` (JSONL) one workload at a time, so a run that dies loses at most the workload
 under way; a rerun with the same options skips the workloads already there. A file written with other options is
@@ -12,9 +12,9 @@ import json
 import os
 import sys
 
-from ..arguments import draft_cost
+from ..arguments import DTYPES, draft_cost
 from .arguments import method_name, positive_int
-from .real import METHODS
+from .methods import REAL_DEFAULT as METHODS
 from .real_workloads import OTHERS, WORKLOADS
 
 QUICK = {"workloads": ["summarization", "rag", "code-edit", "spec-bench/writing"], "max_new": 64}
@@ -45,7 +45,7 @@ def add_parser(kinds) -> None:
                         "lookahead's default)")
     p.add_argument("--threads", default="auto",
                    help="torch threads, or auto: as many as the cores no other process is using now (default)")
-    p.add_argument("--dtype", default="fp32", choices=("fp32", "bf16", "fp16"))
+    p.add_argument("--dtype", default="fp32", choices=DTYPES)
     p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     p.add_argument("--data", default=None, metavar="DIR", help="the shared data folder (default ../shared/data)")
     p.add_argument("--output", default="bench-real.jsonl", metavar="OUT.jsonl",

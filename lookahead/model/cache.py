@@ -128,3 +128,35 @@ def keep_slots(cache, start: int, slots: torch.Tensor) -> None:
 def select_rows(cache, rows: torch.Tensor) -> None:
     """Keep only the batch rows `rows` (a 1-D LongTensor of row indices) in the cache."""
     cache.batch_select_indices(rows)
+
+
+def join_rows(cache, other, pad: int, other_pad: int) -> None:
+    """Append `other`'s batch rows to `cache` (a server's running batch taking a request prefilled alone), each side
+    first left-padded with `pad` / `other_pad` zero slots so that both are as long; the caller masks the padding.
+
+    Both caches hold full-attention layers only (`GrowingLayer` or transformers' `DynamicLayer`), of one model."""
+    for layer, extra in zip(cache.layers, other.layers):
+        for name in ("keys", "values"):
+            setattr(layer, name, torch.cat([_left_padded(getattr(layer, name), pad),
+                                            _left_padded(getattr(extra, name), other_pad)], dim=0))
+        _unbacked(layer)
+
+
+def drop_leading(cache, n: int) -> None:
+    """Drop the first `n` slots of every layer (slots that no row sees any more, after rows left the batch)."""
+    for layer in cache.layers:
+        layer.keys, layer.values = layer.keys[..., n:, :], layer.values[..., n:, :]
+        _unbacked(layer)
+
+
+def _left_padded(states: torch.Tensor, n: int) -> torch.Tensor:
+    """states [b, h, S, d] behind n zero slots [b, h, n + S, d]."""
+    if n == 0:
+        return states
+    return torch.cat([states.new_zeros((*states.shape[:2], n, states.shape[-1])), states], dim=2)
+
+
+def _unbacked(layer) -> None:
+    """A `GrowingLayer` whose keys and values were replaced copies them into new buffers at its next update."""
+    if isinstance(layer, GrowingLayer):
+        layer._room = None

@@ -20,7 +20,7 @@ from .facts import ModelFacts
 from .layers import LayerKinds
 from .static import prompt_positions, prompt_sources
 
-K.warm_up()
+# No warm-up at import: each kernel compiles (or loads from numba's cache) on first use, with the types it gets.
 
 
 class CausalLM:

@@ -64,7 +64,8 @@ class SlotCache(Cache):
 
     def __init__(self, config, batch: int, slots: int, dtype: torch.dtype, device):
         text = config.get_text_config(decoder=True)
-        heads, head_dim = _kv_shape(text)
+        heads = _shared(text, "num_key_value_heads") or text.num_attention_heads
+        head_dim = _shared(text, "head_dim") or text.hidden_size // text.num_attention_heads
         self.slots = slots
         self.kv = torch.zeros((2, text.num_hidden_layers, batch, heads, slots, head_dim), dtype=dtype, device=device)
         self.rows = torch.arange(batch, device=device)[:, None]
@@ -98,17 +99,13 @@ class SlotCache(Cache):
             mine.values[:, :, :n] = theirs.values[index, :, :n]
 
 
-def _kv_shape(text) -> tuple:
-    """(key/value heads, head size) of the shared buffer, from the config as far as it says them for every layer (a
-    config whose layers differ, Gemma 4's, raises on the global field: its first layer's then); a layer whose keys or
-    values differ gets buffers of its own at its first update (`SlotLayer.own`)."""
-    for source in (text, *(getattr(text, "per_layer_config", None) or [])[:1]):
-        try:
-            heads = getattr(source, "num_key_value_heads", None) or source.num_attention_heads
-            return heads, getattr(source, "head_dim", None) or source.hidden_size // source.num_attention_heads
-        except (AttributeError, RuntimeError):  # transformers' AmbiguousGlobalPerLayerAttributeError is a RuntimeError
-            continue
-    return 1, 1  # every layer sizes its own buffers
+def _shared(text, name: str):
+    """A config value every layer shares, or None: where layers differ (Gemma 4's per-layer head sizes: transformers
+    refuses the global read) the layers that differ size their buffers from their first keys (`SlotLayer.own`)."""
+    try:
+        return getattr(text, name, None)
+    except Exception:  # noqa: BLE001 (transformers' AmbiguousGlobalPerLayerAttributeError, an AttributeError or not)
+        return None
 
 
 def check_static(facts, slots: int) -> None:

@@ -1,0 +1,280 @@
+"""`Engine`: one thread owns the model and steps every running row together (continuous batching).
+
+Each turn of the loop: take the rows that arrived (each prefilled alone, then joined to the batch: `ServingLM.join`),
+drop cancelled rows, then one step for all rows:
+
+    draft (each row's index and policy; greedy rows fill up to the widest draft: those columns are computed anyway)
+    -> verify (one forward over every row's [last token, draft]) -> accept (per row: greedy, or speculative sampling
+    with the row's temperature, top-p and generator) -> commit (the cache keeps each row's accepted path)
+    -> advance (append, stream, stop) -> drop finished rows.
+
+Greedy rows gain exactly the tokens `model.generate(do_sample=False)` gives their prompt alone: each row's attention
+sees its own slots only and its positions are its own. The acceptance rules are `lookahead.verify`'s.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import queue
+import threading
+
+import numpy as np
+import torch
+
+from ..decode.calibrate import budget, draft_cost
+from ..decode.policy import CostCurve
+from ..decode.settings import DRAFT_TOKENS, GenerationStats, make_settings
+from ..model.attention import packed_attention
+from ..model.facts import ModelFacts
+from ..model.linear import packed_linears
+from ..verify.batch import DraftBatch, Verdict
+from ..verify.greedy import greedy_accept_with_bonus
+from ..verify.rules import argmax_rows
+from ..verify.tree import greedy_tree_accept
+from .batch import ServingLM
+
+logger = logging.getLogger("lookahead.serve")
+
+
+def check_servable(model) -> ModelFacts:
+    """The model's facts, or ValueError when the engine cannot batch it (it needs full-attention decoder layers).
+
+    Raises:
+        ValueError: an encoder-decoder, or sliding-window or recurrent layers, named.
+    """
+    facts = ModelFacts.of(model)
+    if facts.encoder_decoder:
+        raise ValueError(f"lookahead serve runs decoder-only models; {facts.name} is an encoder-decoder")
+    if facts.window is not None:
+        raise ValueError(f"lookahead serve batches full-attention models only; {facts.name} has a sliding window of "
+                         f"{facts.window} tokens")
+    text = model.config.get_text_config(decoder=True)
+    kinds = set(getattr(text, "layer_types", None) or ["full_attention"])
+    if kinds - {"full_attention"}:
+        raise ValueError(f"lookahead serve batches full-attention models only; {facts.name} has "
+                         f"{', '.join(sorted(kinds - {'full_attention'}))} layers")
+    return facts
+
+
+class Engine:
+    """The decoding loop of a server, in its own thread.
+
+    Args:
+        model: a decoder-only Hugging Face causal LM with full attention (`check_servable`).
+        memory: a `lookahead.Memory` every row drafts from and adds its prompt and output to, or None.
+        metrics: a `lookahead.serve.metrics.Metrics`, or None.
+        draft_cost: greedy rows' verification cost model (`lookahead.generate`'s `draft_cost`; default: measured
+            on this machine on a CPU).
+
+    Raises:
+        ValueError: the model cannot be served (`check_servable`).
+    """
+
+    def __init__(self, model, memory=None, metrics=None, draft_cost=None):
+        self.model, self.facts, self.memory, self.metrics = model, check_servable(model), memory, metrics
+        self.chain_cost = _cost(model, self.facts, draft_cost, False)
+        self.sampling_cost = _cost(model, self.facts, None, True)
+        self.num_draft_tokens = max(DRAFT_TOKENS, budget(self.chain_cost, DRAFT_TOKENS))
+        self.pads = None  # at batch 1 on a measured curve, the drafts a chain step pads to (`CausalLM.pad_to`)
+        if isinstance(self.chain_cost, CostCurve):
+            self.pads = self.chain_cost.pads_within(self.num_draft_tokens)
+        self.pending: queue.Queue = queue.Queue()
+        self.rows: list = []  # the running batch's rows, in its order
+        self.target = None  # ServingLM of the running batch
+        self.last = np.zeros(0, dtype=np.int64)  # [b] each row's newest token, not yet in the cache
+        self.stats = GenerationStats()  # forwards, for the metrics
+        self.freed = 0  # cancelled rows dropped from the batch (or never prefilled)
+        self.peak = 0  # most rows a step has verified together
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="lookahead-engine", daemon=True)
+        self.error: BaseException | None = None
+
+    def start(self) -> "Engine":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """End the loop (rows still running are closed as cancelled) and wait for the thread."""
+        self._stop.set()
+        self.pending.put(None)
+        self._thread.join()
+
+    def submit(self, row) -> None:
+        """Queue a `Row`; it joins the batch at the next step after its prefill."""
+        if self.error is not None:
+            raise RuntimeError(f"the decoding loop failed: {self.error}")
+        self.pending.put(row)
+        self._gauge()
+
+    def cancel(self, row) -> None:
+        """Mark a row cancelled: the loop drops it from the batch before its next step."""
+        row.cancelled = True
+
+    def _gauge(self) -> None:
+        if self.metrics is not None:
+            self.metrics.queue.set(self.pending.qsize())
+            self.metrics.running.set(len(self.rows))
+
+    def _run(self) -> None:
+        try:
+            with torch.inference_mode(), _fast(self.model):
+                while not self._stop.is_set():
+                    self._turn()
+        except BaseException as error:  # noqa: BLE001: every waiting client must hear of it
+            logger.exception("lookahead serve: the decoding loop failed")
+            self.error = error
+        finally:
+            for row in self.rows + _drain(self.pending):
+                row.close("cancelled")
+
+    def _turn(self) -> None:
+        """One turn of the loop. A step that fails ends the rows of its batch with an error (their clients hear
+        of it) and the loop goes on with the rows that arrive next."""
+        try:
+            self._admit()
+            self._drop([row.cancelled or row.done for row in self.rows])
+            if self.rows:
+                self._step()
+        except Exception:  # noqa: BLE001: one batch's failure must not stop the server
+            logger.exception("lookahead serve: a step failed; its rows end with an error")
+            for row in self.rows:
+                row.close("error")
+            self.rows, self.target, self.last = [], None, self.last[:0]
+        self._gauge()
+
+    def _admit(self) -> None:
+        """Prefill the rows that arrived (waiting for one when none runs) and join them to the batch."""
+        while True:
+            try:
+                row = self.pending.get(block=not self.rows)
+            except queue.Empty:
+                return
+            if row is None:
+                return
+            if row.cancelled:
+                self.freed += 1
+                self._finished(row, "cancelled")
+                continue
+            try:
+                self._prefill(row)
+            except Exception:  # noqa: BLE001: this row's failure is its own
+                logger.exception("lookahead serve: a prefill failed; its row ends with an error")
+                row.close("error")
+
+    def _prefill(self, row) -> None:
+        row.start(self.memory, self.chain_cost, self.sampling_cost, self.num_draft_tokens, self.facts.device)
+        one = ServingLM(self.model, self.facts, torch.from_numpy(row.prompt)[None].to(self.facts.device))
+        logits = one.prefill(self.stats)[0]  # [1, V]
+        if self.metrics is not None:
+            self.metrics.forwards.inc()
+            self.metrics.prompt_tokens.inc(len(row.prompt))
+        row.counters.forwards += 1
+        token = int(argmax_rows(logits[None], torch.zeros(1, dtype=torch.long), 1)[0, 0]) if row.sampling.greedy \
+            else int(torch.multinomial(torch.softmax(row.sampling.warp(logits), -1), 1, generator=row.generator))
+        if row.advance([token]):
+            self._finished(row, row.finish)
+            return
+        if self.target is None:
+            self.target = one
+        else:
+            self.target.join(one)
+        self.rows.append(row)
+        self.last = np.append(self.last, token)
+
+    def _step(self) -> None:
+        rows, target = self.rows, self.target
+        b = len(rows)
+        self.peak = max(self.peak, b)
+        target.pads = self.pads if b == 1 else None  # where a wider forward costs less (measured at batch 1)
+        budgets = [row.budget(b) for row in rows]
+        fill = target.padded(max(budgets))  # the columns the step computes anyway
+        drafts = [row.draft(n, fill) for row, n in zip(rows, budgets)]
+        batch = DraftBatch.pack(drafts, all(row.chain for row in rows))
+        logits = target.verify(self.last, batch, self.stats)  # [b, N+1, V]
+        verdict = self._accept(rows, batch, logits)
+        target.commit(batch, verdict)
+        if self.metrics is not None:
+            self.metrics.forwards.inc()
+        gained, paths = verdict.gained(batch), _paths(verdict)
+        done = []
+        for i, (row, draft) in enumerate(zip(rows, drafts)):
+            row.learn(draft, paths[i])
+            self.last[i] = gained[i][-1]
+            done.append(row.advance(gained[i]))
+        self._drop(done)
+
+    def _accept(self, rows: list, batch: DraftBatch, logits: torch.Tensor) -> Verdict:
+        """Each row's accepted path and next token: greedy rows together, sampling rows each with its own rule."""
+        b = len(rows)
+        greedy = [i for i, row in enumerate(rows) if row.sampling.greedy]
+        counts, bonus = np.zeros(b, dtype=np.int64), np.zeros(b, dtype=np.int64)
+        paths = [[] for _ in range(b)]
+        if greedy:
+            g = np.array(greedy)
+            targets = argmax_rows(logits, torch.from_numpy(g), batch.width + 1)  # [g, N+1]
+            if batch.chain:
+                counts[g], bonus[g] = greedy_accept_with_bonus(batch.tokens[g], batch.sizes[g], targets)
+            else:
+                found, bonus[g] = greedy_tree_accept(batch.tokens[g], batch.parents[g], batch.sizes[g], targets)
+                for i, path in zip(greedy, found):
+                    paths[i] = path
+        for i, row in enumerate(rows):
+            if not row.sampling.greedy:
+                paths[i], bonus[i] = row.pick(logits[i], batch.drafts[i])
+                counts[i] = len(paths[i])
+        if batch.chain:  # a chain's accepted path is its first counts[i] nodes
+            return Verdict(counts, bonus)
+        return Verdict.of_paths(paths, bonus)
+
+    def _drop(self, done: list) -> None:
+        """Remove the done and cancelled rows from the batch (and its cache)."""
+        if not any(done):
+            return
+        for row, d in zip(self.rows, done):
+            if d:
+                if row.cancelled and not row.done:
+                    self.freed += 1
+                self._finished(row, row.finish or "cancelled")
+        keep = [i for i, d in enumerate(done) if not d]
+        if not keep:
+            self.rows, self.target, self.last = [], None, self.last[:0]
+            return
+        self.target.keep(keep)
+        self.rows, self.last = [self.rows[i] for i in keep], self.last[keep]
+
+    def _finished(self, row, finish: str) -> None:
+        """Close a row, remember it (the memory), count it."""
+        row.close(finish)
+        if self.memory is not None and row.finish != "cancelled":
+            self.memory.add_tokens(np.concatenate([row.prompt, np.asarray(row.out, dtype=np.int64)]))
+        if self.metrics is not None:
+            self.metrics.row_done(row)
+
+
+def _paths(verdict: Verdict) -> list:
+    if verdict.paths is not None:
+        return verdict.paths
+    return [list(range(c)) for c in verdict.counts.tolist()]
+
+
+def _cost(model, facts: ModelFacts, given, sampling: bool):
+    """A row's verification cost model, as `lookahead.generate` picks it (measured once per model on a CPU)."""
+    settings = make_settings(draft_cost=given)
+    return draft_cost(model, facts, settings, sampling)
+
+
+@contextlib.contextmanager
+def _fast(model):
+    """The forwards as `lookahead.generate` runs them: packed grouped-query attention and linear weights."""
+    with packed_attention(model), packed_linears(model):
+        yield
+
+
+def _drain(pending: queue.Queue) -> list:
+    rows = []
+    while True:
+        try:
+            row = pending.get_nowait()
+        except queue.Empty:
+            return [r for r in rows if r is not None]
+        rows.append(row)

@@ -1,0 +1,220 @@
+"""`Row`: one choice of one request, as the engine decodes it: its tokens, its index and draft policy, its sampling
+rule, its text and its counters."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
+
+from ..decode.policy import DraftLength
+from ..decode.sizing import TreeSizing
+from ..index.build import row_indexes
+from ..index.draft import Draft
+from ..verify.batch import DraftBatch, Verdict
+from .text import TextOut
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How a row picks tokens: greedy (temperature 0) or sampling from the tempered, top-p-cut distribution."""
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = None
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    def warp(self, logits: torch.Tensor) -> torch.Tensor:
+        """Scores [n, V] to sample from, as `model.generate` processes them (temperature, then top-p)."""
+        scores = TemperatureLogitsWarper(self.temperature)(None, logits.float())
+        return TopPLogitsWarper(self.top_p)(None, scores) if self.top_p < 1.0 else scores
+
+
+@dataclass(frozen=True)
+class Drafting:
+    """A request's `lookahead` options (see `lookahead.generate`); lookup "none": plain decoding."""
+
+    lookup: str = "ngram"
+    draft: str = "chain"
+    num_draft_tokens: int | None = None  # None: the server's default
+    max_draft_nodes: int = 32
+    max_ngram: int = 4
+    min_ngram: int = 1
+
+
+@dataclass
+class Counters:
+    """What a row's steps drafted and kept. `prediction_*`: draft tokens that came from the request's prediction
+    (a draft counts as the prediction's when its tokens appear in a row in the prediction), accepted or not."""
+
+    drafted: int = 0
+    accepted: int = 0
+    forwards: int = 0
+    prediction_accepted: int = 0
+    prediction_rejected: int = 0
+
+
+class Row:
+    """One choice of one request.
+
+    Args:
+        prompt: [P] int64 prompt token ids.
+        max_new: most new tokens.
+        eos: token ids that end the row (the token is kept in the count, not in the text).
+        sampling: the row's `Sampling`.
+        drafting: its `Drafting`.
+        tokenizer: decodes its text.
+        stops: stop strings.
+        prediction: [n] int64 token ids of the request's predicted output, or None.
+        emit: called from the engine's thread with each event: ("text", str) then ("done", finish_reason).
+    """
+
+    def __init__(self, prompt: np.ndarray, max_new: int, eos: tuple, sampling: Sampling, drafting: Drafting,
+                 tokenizer, stops: tuple = (), prediction: np.ndarray | None = None, emit=None):
+        self.prompt, self.max_new, self.eos = np.asarray(prompt, dtype=np.int64), max_new, frozenset(eos)
+        self.sampling, self.drafting, self.prediction = sampling, drafting, prediction
+        self.text = TextOut(tokenizer, stops)
+        self.emit = emit or (lambda event: None)
+        self.out: list = []
+        self.counters = Counters()
+        self.index = self.length = self.tree = self.generator = None
+        self.finish: str | None = None  # "stop", "length" or "cancelled" once done
+        self.cancelled = False
+        self.submitted, self.first_token, self.finished = time.perf_counter(), None, None
+
+    @property
+    def done(self) -> bool:
+        return self.finish is not None
+
+    @property
+    def chain(self) -> bool:
+        return self.tree is None
+
+    def start(self, memory, chain_cost, sampling_cost, num_draft_tokens: int, device) -> None:
+        """Build the row's index (its prediction, then its prompt, over the memory's tokens), draft policy and
+        generator; called in the engine's thread, which alone touches the memory."""
+        d = self.drafting
+        n = num_draft_tokens if d.num_draft_tokens is None else d.num_draft_tokens
+        documents = [[self.prediction]] if self.prediction is not None and len(self.prediction) else None
+        self.index = row_indexes(d.lookup, d.max_ngram, d.min_ngram, [self.prompt], documents, memory, n)[0]
+        cost = chain_cost if self.sampling.greedy else sampling_cost  # sampling: a fixed line, so a seed replays
+        if d.draft == "tree":
+            self.tree = TreeSizing(d.max_draft_nodes, n, cost)
+        self.length = self.tree.length if self.tree is not None else DraftLength(n, cost)
+        if not self.sampling.greedy:
+            self.generator = torch.Generator(device=device)
+            self.generator.manual_seed(self.sampling.seed if self.sampling.seed is not None
+                                       else int(np.random.SeedSequence().entropy % 2**63))
+
+    def budget(self, batch: int) -> int:
+        """Draft tokens the row's policy asks for in a batch of `batch` rows (0 without a match or an index)."""
+        if self.index is None or self.index.match_length == 0:
+            return 0
+        batch = batch if self.sampling.greedy else 1  # a sampling row's drafts never depend on the others: a seed
+        ask = self.length.choose(np.full(batch, self.index.match_length))[0]  # replays; greedy: the batch's costs
+        return int(min(ask, self.max_new - 1 - len(self.out)))
+
+    def draft(self, budget: int, fill: int) -> Draft:
+        """The row's draft: a tree (draft="tree"), else a chain of `budget` tokens, or up to `fill` (the columns
+        the step computes anyway) for a greedy row with a match."""
+        if self.index is None:
+            return Draft.empty()
+        room = self.max_new - 1 - len(self.out)
+        if self.tree is not None:
+            return self.tree.draft([self.index], np.array([max(room, 0)]))[0]
+        match = self.index.match_length
+        if self.sampling.greedy and match:
+            budget = max(budget, min(fill, room, self.length.max_tokens))
+        return Draft.chain(self.index.propose(budget), match) if budget > 0 else Draft.empty(match)
+
+    def pick(self, logits: torch.Tensor, draft: Draft) -> tuple:
+        """A sampling row's acceptance over its own columns logits [n + 1, V]: (accepted node indices, next)."""
+        from ..verify.rules import sample
+        from ..verify.tree import sample_tree_accept
+
+        batch = DraftBatch.pack([draft], self.chain or draft.is_chain)
+        scores = self.sampling.warp(logits[: len(draft) + 1])[None]
+        if batch.chain:
+            verdict = sample(batch, scores, self.generator)
+            return list(range(int(verdict.counts[0]))), int(verdict.bonus[0])
+        paths, bonus = sample_tree_accept(batch.tokens, batch.parents, batch.sizes, torch.softmax(scores, -1),
+                                          self.generator)
+        return paths[0], int(bonus[0])
+
+    def learn(self, draft: Draft, path: list) -> None:
+        """Teach the draft policy what was accepted of `draft` (the accepted node indices `path`); count it."""
+        c = self.counters
+        c.forwards += 1
+        if self.index is None:
+            return
+        c.drafted += len(draft)
+        c.accepted += len(path)
+        if len(draft) and self._from_prediction(draft):
+            c.prediction_accepted += len(path)
+            c.prediction_rejected += len(draft) - len(path)
+        if self.tree is not None:
+            batch = DraftBatch.pack([draft], False)
+            self.tree.update(batch, Verdict.of_paths([list(path)], np.zeros(1, dtype=np.int64)))
+        else:
+            self.length.update(np.array([draft.match_length]), np.array([len(draft)]), np.array([len(path)]))
+
+    def _from_prediction(self, draft: Draft) -> bool:
+        """Whether the draft's first path appears in the prediction, token after token."""
+        if self.prediction is None or len(self.prediction) == 0:
+            return False
+        path = draft.tokens if draft.is_chain else draft.tokens[_first_path(draft.parents)]
+        return _contains(self.prediction, path)
+
+    def advance(self, tokens: list) -> bool:
+        """Take the step's gained tokens (cut at an eos or the length limit), stream their text; True when done."""
+        kept = 0
+        for t in tokens:
+            self.out.append(int(t))
+            kept += 1
+            if t in self.eos or len(self.out) >= self.max_new:
+                self.finish = "stop" if t in self.eos else "length"
+                break
+        if self.index is not None:
+            self.index.extend(np.asarray(tokens[:kept], dtype=np.int64))
+        if self.first_token is None:
+            self.first_token = time.perf_counter()
+        new = self.text.update(self.out, final=self.done)
+        if self.text.stopped:
+            self.finish = "stop"
+        if new:
+            self.emit(("text", new))
+        if self.done:
+            self.close(self.finish)
+        return self.done
+
+    def close(self, finish: str) -> None:
+        """End the row: record why and when, send the last event."""
+        if self.finished is None:
+            self.finish, self.finished = finish, time.perf_counter()
+            self.emit(("done", finish))
+
+
+def _first_path(parents: np.ndarray) -> np.ndarray:
+    """Node indices of a best-first tree's first path (the first child at each depth)."""
+    path, at = [], -1
+    for j, p in enumerate(parents):
+        if p == at:
+            path.append(j)
+            at = j
+    return np.array(path, dtype=np.int64)
+
+
+def _contains(haystack: np.ndarray, needle: np.ndarray) -> bool:
+    """Whether `needle` occurs in `haystack` as a contiguous run (both int64 token arrays)."""
+    if len(needle) == 0 or len(needle) > len(haystack):
+        return False
+    hay, pin = haystack.astype(np.int64).tobytes(), needle.astype(np.int64).tobytes()
+    at = hay.find(pin)
+    while at >= 0 and at % 8:
+        at = hay.find(pin, at + 1)
+    return at >= 0

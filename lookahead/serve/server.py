@@ -1,0 +1,87 @@
+"""Building a server (model, engine, app) and running it with uvicorn: in the foreground (`lookahead serve`) or in
+a thread on an ephemeral port (`Running`: the tests and benchmarks/serve.py)."""
+from __future__ import annotations
+
+import threading
+import time
+
+import uvicorn
+
+from .. import models
+from ..index.memory import Memory
+from .app import Served, make_app
+from .engine import Engine
+from .metrics import Metrics
+
+
+def build(model: str | None = None, device: str = "cpu", dtype: str = "fp32", memory: int = 0,
+          max_tokens: int = 256, name: str | None = None, loaded: tuple | None = None):
+    """(FastAPI app, its `Served`) for a model, its engine started.
+
+    Args:
+        model: what `lookahead.models.load` takes (default: the bundled stories260K).
+        device, dtype: where and in what precision the model runs.
+        memory: tokens of a server-wide `lookahead.Memory` every request drafts from (0: none).
+        max_tokens: the default most new tokens of a chat request.
+        name: the model id clients name (default: the model argument, or "stories260K").
+        loaded: (model, tokenizer) already loaded, instead of loading `model`.
+
+    Raises:
+        ValueError: the model cannot be loaded or served (one line).
+    """
+    if loaded is None:
+        hf_model, tokenizer, _ = models.load(model or models.default_model_path(), device=device, dtype=dtype)
+    else:
+        hf_model, tokenizer = loaded
+    metrics = Metrics()
+    engine = Engine(hf_model, Memory(memory) if memory else None, metrics).start()
+    served = Served(name or model or "stories260K", tokenizer, engine, metrics, max_tokens)
+    return make_app(served), served
+
+
+class Running:
+    """A uvicorn server in a thread, on `host` and an ephemeral port unless `port` is given; `url` is its base URL.
+
+    Example:
+        >>> with Running(app) as server:
+        ...     client = openai.OpenAI(base_url=server.url + "/v1", api_key="none")
+    """
+
+    def __init__(self, app, host: str = "127.0.0.1", port: int = 0):
+        config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, name="uvicorn", daemon=True)
+        self.url = None
+
+    def __enter__(self) -> "Running":
+        self.thread.start()
+        deadline = time.monotonic() + 60
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the server did not start")
+            time.sleep(0.02)
+        host, port = self.server.servers[0].sockets[0].getsockname()[:2]
+        self.url = f"http://{host}:{port}"
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+
+
+def serve(args) -> int:
+    """`lookahead serve`: build the server and run it until interrupted."""
+    if args.threads is not None:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    if args.engine == "ray":
+        from .ray_engine import run as run_ray
+
+        return run_ray(args)
+    app, served = build(args.model, args.device, args.dtype, args.memory, args.max_tokens, args.served_model_name)
+    try:
+        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    finally:
+        served.engine.stop()
+    return 0

@@ -1,0 +1,302 @@
+"""`lookahead serve` with the real `openai` client against a live server on 127.0.0.1 (an ephemeral port): every
+greedy answer equals `model.generate(do_sample=False)` on its own prompt, whatever else is in the batch; streams are
+OpenAI's; a client that disconnects frees its row; bad input is a 400 naming the field and hurts nobody else."""
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+pytest.importorskip("fastapi")
+pytest.importorskip("uvicorn")
+pytest.importorskip("prometheus_client")
+openai = pytest.importorskip("openai")
+httpx = pytest.importorskip("httpx")
+
+from lookahead import models  # noqa: E402
+from lookahead.serve.app import chat_text  # noqa: E402
+from lookahead.serve.server import Running, build  # noqa: E402
+
+NAME = "stories260K"
+PROMPTS = ["Once upon a time, there was a little girl named Lily.", "Tom and his dog went to the park.",
+           "The sun was hot. Ben wanted to swim in the lake, so he", "One day, a big red ball rolled into the garden",
+           "Sara had a toy car. She liked her toy car very much. One day,", "The cat sat on the mat and looked at"]
+
+
+@pytest.fixture(scope="module")
+def reference():
+    """The bundled model in fp32 and its tokenizer, for the expected answers (the server has its own copy)."""
+    model, tok, _ = models.load(models.default_model_path())
+    return model, tok
+
+
+@pytest.fixture(scope="module")
+def server():
+    """A live server on the bundled model; yields (base url, its `Served`)."""
+    app, served = build()
+    with Running(app) as running:
+        yield running.url, served
+    served.engine.stop()
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=server[0] + "/v1", api_key="none", max_retries=0, timeout=120)
+
+
+def greedy(reference, ids: list, max_new: int) -> str:
+    """What `model.generate(do_sample=False)` writes after `ids`."""
+    import torch
+
+    model, tok = reference
+    with torch.inference_mode():
+        out = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                             max_new_tokens=max_new, do_sample=False)
+    return tok.decode(out[0, len(ids):], skip_special_tokens=True)
+
+
+def prompt_ids(reference, text: str) -> list:
+    return reference[1](text)["input_ids"]
+
+
+def test_completion_and_chat_equal_greedy_streamed_or_not(client, reference):
+    """/v1/completions and /v1/chat/completions (no chat template: the contents, a line each), streamed or not."""
+    prompt = PROMPTS[0]
+    want = greedy(reference, prompt_ids(reference, prompt), 48)
+    done = client.completions.create(model=NAME, prompt=prompt, max_tokens=48, temperature=0)
+    assert done.choices[0].text == want
+    assert done.usage.prompt_tokens == len(prompt_ids(reference, prompt))
+    assert done.usage.total_tokens == done.usage.prompt_tokens + done.usage.completion_tokens
+    chunks = list(client.completions.create(model=NAME, prompt=prompt, max_tokens=48, temperature=0, stream=True))
+    assert "".join(c.choices[0].text for c in chunks) == want
+    messages = [{"role": "system", "content": "A story."}, {"role": "user", "content": PROMPTS[1]}]
+    want = greedy(reference, prompt_ids(reference, chat_text(messages)), 40)
+    chat = client.chat.completions.create(model=NAME, messages=messages, max_completion_tokens=40, temperature=0)
+    assert chat.choices[0].message.content == want and chat.choices[0].message.role == "assistant"
+    assert chat.choices[0].finish_reason in ("length", "stop")
+    stream = list(client.chat.completions.create(model=NAME, messages=messages, max_tokens=40, temperature=0,
+                                                 stream=True, stream_options={"include_usage": True}))
+    assert stream[0].choices[0].delta.role == "assistant"
+    assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == want
+    assert stream[-1].choices == [] and stream[-1].usage.completion_tokens == chat.usage.completion_tokens
+    assert all(c.usage is None for c in stream[:-1])
+
+
+def test_stream_is_openais_server_sent_events(server):
+    """Each event is `data: {json}` then a blank line; the last is `data: [DONE]`."""
+    body = {"model": NAME, "prompt": PROMPTS[2], "max_tokens": 12, "temperature": 0, "stream": True}
+    with httpx.stream("POST", server[0] + "/v1/completions", json=body, timeout=60) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        raw = "".join(r.iter_text())
+    events = raw.split("\n\n")
+    assert events[-1] == "" and events[-2] == "data: [DONE]"
+    for event in events[:-2]:
+        assert event.startswith("data: ")
+        assert json.loads(event[6:])["object"] == "text_completion"
+    assert json.loads(events[-3][6:])["choices"][0]["finish_reason"] in ("length", "stop")
+
+
+def test_sixteen_concurrent_clients_of_mixed_lengths_each_equal_greedy(server, client, reference):
+    """16 clients at once (streamed and not, 8 to 120 new tokens): none lost, each equal to its own greedy answer;
+    afterwards no row runs."""
+    jobs = [(PROMPTS[i % len(PROMPTS)] + " " * (i % 3), 8 + (i * 37) % 113, i % 2 == 0) for i in range(16)]
+
+    def ask(job):
+        prompt, max_new, stream = job
+        if stream:
+            chunks = client.completions.create(model=NAME, prompt=prompt, max_tokens=max_new, temperature=0,
+                                               stream=True)
+            return "".join(c.choices[0].text for c in chunks)
+        return client.completions.create(model=NAME, prompt=prompt, max_tokens=max_new, temperature=0).choices[0].text
+
+    with ThreadPoolExecutor(16) as pool:
+        got = list(pool.map(ask, jobs))
+    for (prompt, max_new, _), text in zip(jobs, got):
+        assert text == greedy(reference, prompt_ids(reference, prompt), max_new), (prompt, max_new)
+    assert _wait_for(lambda: server[1].engine.rows == [])
+    assert server[1].engine.peak > 4  # the clients were batched together
+    assert _metric(server[0], "lookahead_running_rows") == 0
+
+
+def test_a_client_that_disconnects_mid_stream_frees_its_row(server, client):
+    """Closing a stream after a few chunks cancels its row: it leaves the batch (counted as cancelled)."""
+    engine = server[1].engine
+    freed = engine.freed
+    stream = client.completions.create(model=NAME, prompt=PROMPTS[3], max_tokens=400, temperature=0, stream=True)
+    for i, _ in enumerate(stream):
+        if i == 3:
+            break
+    stream.close()
+    assert _wait_for(lambda: engine.freed == freed + 1 and engine.rows == [])
+    assert _metric(server[0], 'lookahead_rows_finished_total{reason="cancelled"}') >= 1
+
+
+BAD = [  # (body or raw text, the field the error names)
+    ("{not json", None),
+    ({"model": NAME, "prompt": "x", "max_tokens": "ten"}, "max_tokens"),
+    ({"model": "gpt-4o", "prompt": "x"}, "model"),
+    ({"model": NAME, "prompt": "x", "temperature": "hot"}, "temperature"),
+    ({"model": NAME, "prompt": "x", "top_p": 1.5}, "top_p"),
+    ({"model": NAME, "prompt": "x", "n": 0}, "n"),
+    ({"model": NAME, "prompt": "x", "stop": 7}, "stop"),
+    ({"model": NAME, "prompt": "x", "stream": "yes"}, "stream"),
+    ({"model": NAME, "prompt": "x", "seed": 1.5}, "seed"),
+    ({"model": NAME, "prompt": "x " * 600}, "prompt"),
+    ({"model": NAME, "prompt": "x", "max_tokens": 600}, "max_tokens"),
+    ({"model": NAME, "prompt": [1, 2, 100000]}, "prompt"),
+    ({"model": NAME, "prompt": {"text": "x"}}, "prompt"),
+    ({"model": NAME}, "prompt"),
+    ({"model": NAME, "prompt": "x", "prediction": "x"}, "prediction"),
+    ({"model": NAME, "prompt": "x", "prediction": {"type": "text", "content": "x"}}, "prediction.type"),
+    ({"model": NAME, "prompt": "x", "prediction": {"type": "content", "content": 5}}, "prediction.content"),
+    ({"model": NAME, "prompt": "x", "lookahead": []}, "lookahead"),
+    ({"model": NAME, "prompt": "x", "lookahead": {"lookup": "bogus"}}, "lookahead.lookup"),
+    ({"model": NAME, "prompt": "x", "lookahead": {"num_draft_tokens": "x"}}, "lookahead.num_draft_tokens"),
+    ({"model": NAME, "prompt": "x", "lookahead": {"max_ngram": 0}}, "lookahead.max_ngram"),
+    ({"model": NAME, "prompt": "x", "lookahead": {"colour": 1}}, "lookahead.colour"),
+    ({"model": NAME, "prompt": "x", "lookahead": {"draft": "tree"}}, "lookahead.draft"),
+    ({"model": NAME, "prompt": "x", "logprobs": 2}, "logprobs"),
+]
+BAD_CHAT = [
+    ({"model": NAME}, "messages"),
+    ({"model": NAME, "messages": "hi"}, "messages"),
+    ({"model": NAME, "messages": [{"role": "user", "content": 3}]}, "messages[0].content"),
+    ({"model": NAME, "messages": [{"content": "hi"}]}, "messages[0].role"),
+    ({"model": NAME, "messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": -1},
+     "max_completion_tokens"),
+    ({"model": NAME, "messages": [{"role": "user", "content": "x " * 600}]}, "messages"),
+]
+
+
+def test_bad_input_is_a_400_naming_the_field_and_others_go_on(server, client, reference):
+    """Every bad body gets OpenAI's error JSON naming the field, while a stream in flight runs to its greedy end."""
+    url = server[0]
+    want = greedy(reference, prompt_ids(reference, PROMPTS[4]), 200)
+    box = {}
+    thread = threading.Thread(target=lambda: box.setdefault("text", "".join(
+        c.choices[0].text for c in client.completions.create(model=NAME, prompt=PROMPTS[4], max_tokens=200,
+                                                             temperature=0, stream=True))))
+    thread.start()
+    for path, cases in (("/v1/completions", BAD), ("/v1/chat/completions", BAD_CHAT)):
+        for body, param in cases:
+            content = body if isinstance(body, str) else json.dumps(body)
+            r = httpx.post(url + path, content=content, headers={"content-type": "application/json"}, timeout=60)
+            assert r.status_code == 400, (body, r.text)
+            error = r.json()["error"]
+            assert error["type"] == "invalid_request_error" and error["param"] == param, (body, error)
+            assert error["message"]
+    thread.join()
+    assert box["text"] == want
+    with pytest.raises(openai.BadRequestError, match="does not exist"):
+        client.completions.create(model="nope", prompt="x", max_tokens=3)
+
+
+def test_prediction_is_drafted_from_and_counted(client, reference):
+    """A prediction equal to the answer is mostly accepted; an unrelated one is rejected or unused; the text is the
+    greedy one either way, and the counts are draft tokens (accepted ones at most the completion's)."""
+    prompt = PROMPTS[5]
+    want = greedy(reference, prompt_ids(reference, prompt), 80)
+    good = client.completions.create(model=NAME, prompt=prompt, max_tokens=80, temperature=0,
+                                     extra_body={"prediction": {"type": "content", "content": want}})
+    details = good.usage.completion_tokens_details
+    assert good.choices[0].text == want
+    assert details.accepted_prediction_tokens > good.usage.completion_tokens // 2
+    assert details.accepted_prediction_tokens + details.rejected_prediction_tokens <= good.usage.lookahead[
+        "draft_tokens"]
+    parts = [{"type": "text", "text": "Zebras dance "}, {"type": "text", "text": "under the moon."}]
+    bad = client.completions.create(model=NAME, prompt=prompt, max_tokens=80, temperature=0,
+                                    extra_body={"prediction": {"type": "content", "content": parts}})
+    assert bad.choices[0].text == want
+    assert bad.usage.completion_tokens_details.accepted_prediction_tokens < details.accepted_prediction_tokens
+    plain = client.completions.create(model=NAME, prompt=prompt, max_tokens=80, temperature=0)
+    assert plain.usage.completion_tokens_details.accepted_prediction_tokens == 0
+    assert good.usage.lookahead["forwards"] < plain.usage.lookahead["forwards"]
+
+
+def test_lookahead_options_per_request(client, reference):
+    """`"lookup": "none"` drafts nothing (a forward per token); suffix trees and n-gram options keep greedy text."""
+    prompt = PROMPTS[0] + " Lily liked to play. Lily liked to play. Lily"
+    want = greedy(reference, prompt_ids(reference, prompt), 60)
+    none = client.completions.create(model=NAME, prompt=prompt, max_tokens=60, temperature=0,
+                                     extra_body={"lookahead": {"lookup": "none"}})
+    assert none.choices[0].text == want
+    assert none.usage.lookahead["draft_tokens"] == 0
+    assert none.usage.lookahead["forwards"] == none.usage.completion_tokens
+    for options in ({"lookup": "suffix", "draft": "tree", "max_draft_nodes": 16}, {"lookup": "suffix"},
+                    {"lookup": "ngram", "max_ngram": 2, "num_draft_tokens": 4}):
+        got = client.completions.create(model=NAME, prompt=prompt, max_tokens=60, temperature=0,
+                                        extra_body={"lookahead": options})
+        assert got.choices[0].text == want, options
+
+
+def test_stop_strings_and_sampling(client, reference):
+    """`stop` cuts the text before the first stop string; sampling with a seed replays, `n` gives n choices."""
+    prompt = PROMPTS[0]
+    want = greedy(reference, prompt_ids(reference, prompt), 60)
+    word = re.findall(r"[a-z]{4,}", want)[2]
+    got = client.completions.create(model=NAME, prompt=prompt, max_tokens=60, temperature=0, stop=[word, "zzzz"])
+    assert got.choices[0].text == want[: want.index(word)] and got.choices[0].finish_reason == "stop"
+    streamed = "".join(c.choices[0].text for c in client.completions.create(
+        model=NAME, prompt=prompt, max_tokens=60, temperature=0, stop=word, stream=True))
+    assert streamed == got.choices[0].text
+    kwargs = dict(model=NAME, prompt=prompt, max_tokens=30, temperature=0.9, top_p=0.95, seed=7, n=2)
+    first, again = client.completions.create(**kwargs), client.completions.create(**kwargs)
+    assert [c.text for c in first.choices] == [c.text for c in again.choices]
+    assert len(first.choices) == 2 and 2 <= first.usage.completion_tokens <= 60
+    assert all(c.finish_reason in ("length", "stop") for c in first.choices)
+
+
+def test_models_health_and_metrics(server, client):
+    """/v1/models names the model; /health answers; /metrics has the counters, gauges and histograms."""
+    assert [m.id for m in client.models.list()] == [NAME]
+    assert httpx.get(server[0] + "/health").json() == {"status": "ok"}
+    text = httpx.get(server[0] + "/metrics").text
+    for name in ("lookahead_requests_total", "lookahead_generation_tokens_total", "lookahead_tokens_per_forward",
+                 "lookahead_acceptance_rate", "lookahead_queue_depth", "lookahead_running_rows",
+                 "lookahead_time_to_first_token_seconds_bucket", "lookahead_time_per_output_token_seconds_bucket"):
+        assert name in text, name
+
+
+def test_memory_drafts_a_request_from_earlier_answers(reference):
+    """With --memory, asking again what was asked before drafts the answer from memory: fewer forwards, same text."""
+    app, served = build(memory=4096, name=NAME)
+    try:
+        with Running(app) as running:
+            c = openai.OpenAI(base_url=running.url + "/v1", api_key="none", max_retries=0, timeout=120)
+            prompt = PROMPTS[2]
+            want = greedy(reference, prompt_ids(reference, prompt), 80)
+            first = c.completions.create(model=NAME, prompt=prompt, max_tokens=80, temperature=0)
+            second = c.completions.create(model=NAME, prompt=prompt, max_tokens=80, temperature=0)
+    finally:
+        served.engine.stop()
+    assert first.choices[0].text == second.choices[0].text == want
+    assert second.usage.lookahead["accepted_tokens"] > first.usage.lookahead["accepted_tokens"]
+    assert second.usage.lookahead["forwards"] < first.usage.lookahead["forwards"]
+
+
+def test_serve_is_a_subcommand(cli):
+    """`lookahead serve --help` lists its options."""
+    status, out, _ = cli("serve", "--help")
+    assert status == 0 and "--memory" in out and "--replicas" in out
+
+
+def _wait_for(condition, seconds: float = 30.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return condition()
+
+
+def _metric(url: str, name: str) -> float:
+    for line in httpx.get(url + "/metrics").text.splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{") and "}" not in name:
+            return float(line.rsplit(" ", 1)[1])
+        if "{" in name and line.startswith(name):
+            return float(line.rsplit(" ", 1)[1])
+    raise KeyError(name)

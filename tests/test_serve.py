@@ -300,3 +300,38 @@ def _metric(url: str, name: str) -> float:
         if "{" in name and line.startswith(name):
             return float(line.rsplit(" ", 1)[1])
     raise KeyError(name)
+
+
+def test_a_row_that_fails_its_prefill_ends_alone_and_the_loop_goes_on(reference):
+    """An error while a row is admitted ends that row with an error; a row running beside it, and one arriving
+    after, decode to their greedy end."""
+    from lookahead.serve.engine import Engine
+    from lookahead.serve.row import Drafting, Row, Sampling
+
+    class Broken(Row):
+        def start(self, *args, **kwargs):
+            raise RuntimeError("broken on purpose")
+
+    model, tok = models.load(models.default_model_path())[:2]
+    engine = Engine(model).start()
+    try:
+        done = {}
+
+        def row(cls, prompt, name):
+            ids = prompt_ids(reference, prompt)
+            return cls(ids, 40, (), Sampling(0.0), Drafting(), tok,
+                       emit=lambda event: event[0] == "done" and done.setdefault(name, event[1]))
+
+        first, broken = row(Row, PROMPTS[0], "first"), row(Broken, PROMPTS[1], "broken")
+        engine.submit(first)
+        engine.submit(broken)
+        assert _wait_for(lambda: "first" in done and "broken" in done)
+        after = row(Row, PROMPTS[2], "after")
+        engine.submit(after)
+        assert _wait_for(lambda: "after" in done)
+    finally:
+        engine.stop()
+    assert done == {"first": "length", "broken": "error", "after": "length"}
+    assert engine.error is None
+    for r, prompt in ((first, PROMPTS[0]), (after, PROMPTS[2])):
+        assert r.text.text == greedy(reference, prompt_ids(reference, prompt), 40)

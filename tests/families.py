@@ -191,21 +191,20 @@ REFUSALS = [
     ("ALiBi", ("suffix_tree", "recycle_tree"), r"draft='tree' needs biases that follow each tree node's depth"),
     ("ALiBi", ("static",), r"cache_implementation='static' passes a 4D attention mask; .* uses ALiBi"),
     ("ALiBi from slots", ("batch",), r"builds its ALiBi biases from cache slots"),
+    ("window its masks ignore", ("static",), r"names a window of \d+ tokens that its forward's attention masks do "
+                                             r"not apply"),
     ("local window by slot", ("suffix_tree", "recycle_tree", "static", "batch"),
      r"is not supported for .*: its local attention layers cut their window of \d+ tokens by cache slot"),
 ]
-KNOWN_FAILURES = {  # (family, call) -> why it fails for now: xfail, not strict (none may hide behind a feature)
-    ("moshi", "static"): "Moshi's forward builds full causal masks though its config names a window: transformers' "
-                         "own generate windows only through its sliding cache layers, after an unwindowed prefill; "
-                         "the static prefill applies the window, so its tokens differ (an open bug)",
-}
+KNOWN_FAILURES = {}  # (family, call) -> why it fails for now: xfail, not strict (none may hide behind a feature)
 _REFERENCES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> {prompt: greedy tokens}
 
 
 def features(model) -> set:
     """The model's features that `REFUSALS` and the window xfail are keyed by, from its layers and forward."""
     from lookahead.model.facts import ModelFacts, forward_parameters
-    from lookahead.model.layers import INDEXED, KNOWN, NONE, RECURRENT, LayerKinds, state_space
+    from lookahead.model.layers import (INDEXED, KNOWN, NONE, RECURRENT, LayerKinds, check_windows_in_masks,
+                                         state_space)
 
     found = set()
     if not {"cache", "past_key_values"} & forward_parameters(model):
@@ -228,6 +227,10 @@ def features(model) -> set:
         found.add("ALiBi from slots")
     if LayerKinds.of(model.config).by_slot is not None:
         found.add("local window by slot")
+    try:
+        check_windows_in_masks(model, LayerKinds.of(model.config))
+    except ValueError:
+        found.add("window its masks ignore")
     return found
 
 
@@ -307,7 +310,7 @@ SHORT = [  # message pattern -> the short reason the table shows
     (r"must accept a KV cache", "no KV cache"), (r"state-space", "state-space"), (r"recurrent layers", "recurrent"),
     (r"sparse attention", "indexer"), (r"cache of its own", "own cache"), (r"does not know", "unknown layer kind"),
     (r"ALiBi", "ALiBi"),
-    (r"local attention layers", "local window by slot"),
+    (r"local attention layers", "local window by slot"), (r"masks do not apply", "window its masks ignore"),
 ]
 
 

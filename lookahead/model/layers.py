@@ -11,6 +11,9 @@ cache slots.
 """
 from __future__ import annotations
 
+import functools
+import inspect
+import sys
 from dataclasses import dataclass
 
 import torch
@@ -90,6 +93,30 @@ def check_slot_windows(kinds: LayerKinds, name: str, draft: str, rows: int, stat
                          f"{kinds.by_slot} tokens by cache slot, which a tree, the masked slots of a batch and the "
                          f"static cache move away from positions; use draft='chain', one row per call and leave "
                          f"cache_implementation unset")
+
+
+def check_windows_in_masks(model, kinds: LayerKinds) -> None:
+    """Raise ValueError, before any forward, for `cache_implementation="static"` on a model whose config names a
+    sliding window or chunk that its forward's masks do not apply (Moshi builds full causal masks; transformers' own
+    generate windows it only through its sliding cache layers, after an unwindowed prefill): the static cache,
+    whose masks apply each layer's window from the prompt on, would give other tokens."""
+    if kinds.windowed and not _builds_window_masks(type(model)):
+        raise ValueError(f"cache_implementation='static' is not supported for {type(model).__name__}: its config "
+                         f"names a window of {kinds.smallest()} tokens that its forward's attention masks do not "
+                         f"apply (transformers windows it only through its dynamic cache); leave "
+                         f"cache_implementation unset")
+
+
+@functools.lru_cache(maxsize=None)
+def _builds_window_masks(cls) -> bool:
+    """Whether the modeling module of a model class builds sliding-window or chunked masks (transformers'
+    `create_sliding_window_causal_mask`, `create_chunked_causal_mask` or a `causal_mask_mapping` by layer type)."""
+    try:
+        source = inspect.getsource(sys.modules[cls.__module__])
+    except (KeyError, OSError, TypeError):
+        return True  # no source to read: the masks are taken as the config says
+    return any(name in source for name in ("create_sliding_window_causal_mask", "create_chunked_causal_mask",
+                                           "causal_mask_mapping", "sliding_window_overlay"))
 
 
 def _sees(kind: str, size: int, key_pos: torch.Tensor, query_pos: torch.Tensor) -> torch.Tensor:

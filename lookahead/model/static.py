@@ -31,7 +31,7 @@ import torch
 from ..verify.rules import argmax, argmax_rows
 from . import _kernels as K
 from .facts import ModelFacts
-from .layers import SLIDING, LayerKinds
+from .layers import SLIDING, LayerKinds, check_windows_in_masks
 from .slot_cache import SlotCache, check_static
 
 logger = logging.getLogger(__name__)
@@ -168,6 +168,7 @@ class StaticCausalLM:
         self._fits = _fits(tuple(self.widths))  # the width n query tokens pad to, by n
         slots = p + max_new + self.widths[-1]
         check_static(facts, slots)
+        check_windows_in_masks(model, LayerKinds.of(model.config))
         self.model, self.facts, self.input_ids, self.mask, self.p = model, facts, input_ids, mask, p
         self.device = facts.device
         self.cuda = facts.device.type == "cuda"  # host buffers pinned: asynchronous copies to the device

@@ -95,13 +95,18 @@ def test_workload_arguments_are_checked(stories, data, kwargs, message):
     assert str(error.value) == message
 
 
-def test_missing_data_and_a_tokenizer_without_template_are_refused(stories, tmp_path):
-    """No data folder, or a base model's tokenizer, is a one-line error that says what is missing."""
+def test_missing_data_is_refused_and_a_base_model_gets_the_turns_texts(stories, tmp_path, data):
+    """No data folder is a one-line error that says what is missing; a base model's tokenizer (no chat template:
+    Gemma 3 270M) gets the conversation's texts one after the other, blank lines between, after its start of text."""
     with pytest.raises(FileNotFoundError, match=r"^no data folder at .*nowhere \(the shared data: pass --data DIR\)"):
         W.load(["rag"], stories[1], data_dir=tmp_path / "nowhere")
     _, plain, _ = models.load(models.default_model_path())
-    with pytest.raises(ValueError, match="the tokenizer has no chat template"):
-        W.load(["rag"], plain, data_dir=tmp_path)
+    assert not getattr(plain, "chat_template", None)
+    messages = [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": "Who wrote it?"}]
+    ids = W.encode(plain, messages)
+    assert list(ids) == plain("Answer briefly.\n\nWho wrote it?\n\n").input_ids
+    prompts = W.load(["rag"], plain, data_dir=data)["rag"]
+    assert prompts and all(len(p.input_ids) > 0 for p in prompts)
 
 
 def test_bench_rows_check_every_output_against_greedy(stories, data):
@@ -243,11 +248,8 @@ def test_bad_arguments_are_argparse_errors(cli, args, message):
     assert status == 2 and message in err.splitlines()[-1]
 
 
-def test_a_base_model_is_refused_and_an_output_of_other_options_too(cli, tmp_path, data):
-    """A model without a chat template, or an output file written with other options, is a one-line error."""
-    status, _, err = cli("bench", "real", "--model", models.default_model_path(), "--data", data,
-                             "--output", tmp_path / "out.jsonl", "--workloads", "rag", "--threads", "1")
-    assert status == 1 and err.splitlines()[-1].endswith("needs an instruct (chat) model")
+def test_an_output_of_other_options_is_refused(cli, tmp_path, data):
+    """An output file written with other options is a one-line error."""
     out = tmp_path / "old.jsonl"
     out.write_text(json.dumps({"config": {"max_new": 7}, "workload": "rag", "rows": []}) + "\n")
     status, _, err = cli("bench", "real", "--output", out, "--threads", "1", "--data", data)
@@ -268,3 +270,11 @@ def test_bench_real_on_smollm2_prints_the_tables_and_resumes(cli, tmp_path):
     assert status == 0 and "1 workloads already measured" in err
     assert [line for line in again.splitlines() if line.startswith("| rag")] == \
         [line for line in out.splitlines() if line.startswith("| rag")]
+
+
+def test_several_models_write_a_file_each():
+    """`--models A B` runs each model in turn, each into OUTPUT-MODEL.jsonl (a path's folders and dots made safe)."""
+    from lookahead.bench.real_cli import _per_model
+
+    assert _per_model("bench-real.jsonl", "gemma3") == "bench-real-gemma3.jsonl"
+    assert _per_model("out/r.jsonl", "/models/Qwen2.5-0.5B/") == "out/r-Qwen2-5-0-5B.jsonl"

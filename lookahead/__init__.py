@@ -3,27 +3,17 @@
 Public names are imported on first use, so that ``import lookahead.index`` (numpy and numba) loads neither torch nor
 transformers.
 """
-import importlib
 import sys
 import types
+
+from ._lazy import lazy
 
 __all__ = ["GenerationStats", "Memory", "NgramIndex", "SuffixIndex", "custom_generate", "generate", "pipeline",
            "plugin"]
 __version__ = "0.1.0"
 _SOURCES = {"GenerationStats": ".generate", "generate": ".generate", "Memory": ".index.memory", "NgramIndex": ".index",
             "SuffixIndex": ".index", "custom_generate": ".plugin", "pipeline": ".plugin", "plugin": ".plugin"}
-
-
-def __getattr__(name: str):
-    if name not in _SOURCES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_SOURCES[name], __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy(__name__, _SOURCES)
 
 
 class _Package(types.ModuleType):

@@ -17,6 +17,7 @@ import numpy as np
 
 LOOKUPS = ("ngram", "suffix", "recycle", "suffix+recycle", "none")
 TREE_LOOKUPS = ("suffix", "recycle", "suffix+recycle")  # the lookups whose indexes propose trees
+DRAFTS = ("chain", "tree")
 
 
 def check_int(name: str, value, low: int, high: int | None = None) -> int:

@@ -4,7 +4,8 @@ from __future__ import annotations
 import torch
 
 from ._checks import check_int  # noqa: F401  (re-exported: one integer check for the whole package)
-from .model.facts import ModelFacts, forward_parameters
+from .model.facts import ModelFacts, forward_parameters, takes_keywords
+from .model.layers import INDEXED, KNOWN, NONE, RECURRENT, state_space
 
 
 def check_model(model) -> None:
@@ -19,9 +20,70 @@ def check_model(model) -> None:
             f"model must be a causal language model with an LM head (AutoModelForCausalLM), got {name}"
         )
     params = forward_parameters(model)
-    if not {"cache", "past_key_values"} & params or "use_cache" not in params:
+    if not {"cache", "past_key_values"} & params or not ("use_cache" in params or takes_keywords(model)):
         raise TypeError(f"model must accept a KV cache (cache= or past_key_values=) and use_cache to decode with a KV "
                         f"cache; {name} does not")
+    if any(p.device.type == "meta" for p in model.parameters()):
+        raise ValueError(f"model has weights on the 'meta' device (no data: built under init_empty_weights, or not "
+                         f"loaded); load {name}'s weights (from_pretrained, or load_state_dict with assign=True) first")
+
+
+def check_layers(facts: ModelFacts) -> None:
+    """Raise ValueError, before any forward, where the model's layers (`facts.layers`) cannot be decoded exactly with
+    drafts: recurrent or convolution layers (state-space models, hybrids), sparse attention over indexer-picked
+    keys, layer kinds it does not know (compressed attention), a cache class of the model's own."""
+    name, kept = facts.name, [layer for layer in facts.layers if layer.kind != NONE]
+    state = [layer for layer in kept if layer.kind == RECURRENT]
+    if state_space(kept):
+        raise ValueError(f"{name} is a state-space model: every layer keeps a recurrent state "
+                         f"({_names(state)}) instead of a KV cache, and a rejected draft token cannot be taken back "
+                         f"out of it; lookahead cannot decode it exactly: use model.generate")
+    if state:
+        raise ValueError(f"{name} has recurrent layers ({len(state)} of {len(kept)}: {_names(state)}) beside its "
+                         f"attention: a verification forward runs every draft token through their state, and a "
+                         f"rejected one cannot be cut back out of it (only a KV cache can be), so no draft (chain or "
+                         f"tree), batch or static cache is exact; use model.generate")
+    indexed = [layer for layer in kept if layer.kind == INDEXED]
+    if indexed:
+        raise ValueError(f"{name} has sparse attention layers ({len(indexed)} of {len(kept)}: {_names(indexed)}) "
+                         f"whose indexer picks the keys each query attends to; a forward over several draft tokens "
+                         f"does not pick what one token at a time picks (its tokens differ from model.generate), so "
+                         f"lookahead cannot verify drafts with it exactly: use model.generate")
+    unknown = [layer for layer in kept if layer.kind not in KNOWN]
+    if unknown:
+        raise ValueError(f"{name} has layers of a kind lookahead does not know ({_names(unknown)}): their cache "
+                         f"may not roll back rejected drafts exactly; use model.generate")
+    if facts.own_cache is not None:
+        raise ValueError(f"{name} keeps its state in a cache of its own ({facts.own_cache}), not in the KV cache "
+                         f"lookahead rolls back after rejected drafts; use model.generate")
+
+
+def check_alibi(facts: ModelFacts, draft: str, static: bool, rows: int) -> None:
+    """Raise ValueError, before any forward, for what ALiBi biases (`facts.alibi`) cannot take: a tree (its nodes'
+    biases must follow their depths), the static cache (a 4D mask), and, where the biases follow the cache's slots
+    rather than the 2D mask (MPT), a batch of several rows (the slots a row rejected stay between its keys)."""
+    if not facts.alibi:
+        return
+    name = facts.name
+    if draft == "tree":
+        raise ValueError(f"draft='tree' needs biases that follow each tree node's depth; {name} uses ALiBi, whose "
+                         f"biases it builds from the 2D attention mask or the cache length, not from a tree's mask: "
+                         f"use draft='chain' (exact with ALiBi)")
+    if static:
+        raise ValueError(f"cache_implementation='static' passes a 4D attention mask; {name} uses ALiBi, whose biases "
+                         f"it builds from the 2D attention mask or the cache length: leave cache_implementation unset")
+    if facts.alibi == "slots" and rows > 1:
+        raise ValueError(f"{name} builds its ALiBi biases from cache slots, not from the attention mask, so in a "
+                         f"batch of {rows} rows the padding and the slots a row rejected would count as distance: "
+                         f"pass one row at a time (input_ids of batch 1)")
+
+
+def _names(layers) -> str:
+    """'linear_attention x3, conv' for a list of layers."""
+    counts = {}
+    for layer in layers:
+        counts[layer.name] = counts.get(layer.name, 0) + 1
+    return ", ".join(name if n == 1 else f"{name} x{n}" for name, n in counts.items())
 
 
 def check_inputs(facts: ModelFacts, input_ids, attention_mask) -> tuple[torch.Tensor, torch.Tensor]:
@@ -41,6 +103,8 @@ def check_inputs(facts: ModelFacts, input_ids, attention_mask) -> tuple[torch.Te
         attention_mask = attention_mask.long()
         if (attention_mask.sum(-1) == 0).any():
             raise ValueError("attention_mask has a row with no token to attend to (all zeros)")
+        if not facts.encoder_decoder:  # an encoder reads its whole input: padding on either side
+            check_left_padded(attention_mask)
     vocab = facts.vocab
     real = input_ids[attention_mask.bool()]
     if real.numel() and (real.min() < 0 or real.max() >= vocab):
@@ -49,6 +113,17 @@ def check_inputs(facts: ModelFacts, input_ids, attention_mask) -> tuple[torch.Te
             f"to {int(real.max())}"
         )
     return input_ids.to(facts.device), attention_mask.to(facts.device)
+
+
+def check_left_padded(attention_mask) -> None:
+    """Raise ValueError unless every row of `attention_mask` [B, L] (0/1) pads on the left only (None: no padding)."""
+    if attention_mask is None or attention_mask.dim() != 2:
+        return
+    right = (attention_mask[:, 1:] < attention_mask[:, :-1]).any(-1)  # a 0 after a 1
+    if right.any():
+        raise ValueError(f"attention_mask must pad on the left (zeros before each row's tokens), got padding after "
+                         f"the tokens of row {int(right.nonzero()[0, 0])}: pad on the left "
+                         f"(tokenizer.padding_side = 'left')")
 
 
 def check_documents(facts: ModelFacts, documents, memory=None) -> None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 from typing import Callable
 
+DTYPES = ("fp32", "bf16", "fp16")  # the --dtype names; `lookahead.models.DTYPES` maps them to torch dtypes
+
 
 def int_at_least(low: int) -> Callable[[str], int]:
     """A validator of integers >= ``low``."""

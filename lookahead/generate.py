@@ -30,6 +30,7 @@ from .index.recycle import Recycled
 from .model import make_target
 from .model.attention import packed_attention
 from .model.facts import ModelFacts
+from .model.layers import LayerKinds, check_slot_windows
 from .model.linear import packed_linears
 from .model.static import compiles_on_cpu
 
@@ -128,9 +129,11 @@ def generate(
 
     Raises:
         TypeError: model is not a Hugging Face LM with a KV cache, or ids are not integers.
-        ValueError: empty input, ids outside the vocabulary, mismatched mask, bad lookup settings, a max_new_tokens
-            past the model's position limit, or an argument lookahead cannot honour (beam search, an assistant
-            model, ...), named in the message.
+        ValueError: empty input, ids outside the vocabulary, mismatched or right-padded mask, bad lookup settings,
+            a max_new_tokens past the model's position limit, an argument lookahead cannot honour (beam search, an
+            assistant model, ...), or a model whose layers it cannot decode exactly (recurrent, state-space or
+            indexer-sparse layers; trees or the static cache over ALiBi; weights on the meta device), named in the
+            message, before any forward.
 
     Example:
         >>> out = generate(model, tok("def f(x):", return_tensors="pt").input_ids, max_new_tokens=64)
@@ -148,6 +151,7 @@ def generate(
         V.check_int("pad_token_id", pad_token_id, 0, facts.vocab - 1)
     refuse_assistant(generate_kwargs.get("assistant_model"))
     input_ids, attention_mask = V.check_inputs(facts, input_ids, attention_mask)
+    V.check_layers(facts)  # before model.generate, which builds the model's cache
     kwargs = hf_kwargs(dict(generate_kwargs), max_new_tokens, eos_token_id, pad_token_id, logits_processor)
     kwargs["stopping_criteria"] = with_stop_strings(stopping_criteria, kwargs, tokenizer)
     out = model.generate(input_ids, attention_mask=attention_mask, custom_generate=decode, lookahead=settings, **kwargs)
@@ -175,9 +179,16 @@ def decode(model, input_ids, logits_processor, stopping_criteria, generation_con
 def _decode(model, input_ids, logits_processor, stopping_criteria, generation_config, lookahead, inputs_tensor,
             **model_kwargs):
     settings = lookahead if lookahead is not None else make_settings()
-    check_supported(generation_config, model_kwargs)
     facts = ModelFacts.of(model)  # what the target, the policies and the checks need to know of the model
+    V.check_layers(facts)  # first: a state-space model's cache cannot even say its length
+    check_supported(generation_config, model_kwargs)
     V.check_draft_shape(facts, settings.draft)
+    if not facts.encoder_decoder:  # its attention_mask is the encoder's, which may pad on either side
+        V.check_left_padded(model_kwargs.get("attention_mask"))
+    V.check_alibi(facts, settings.draft, getattr(generation_config, "cache_implementation", None) == "static",
+                  input_ids.shape[0])
+    check_slot_windows(LayerKinds.of(model.config), facts.name, settings.draft, input_ids.shape[0],
+                       getattr(generation_config, "cache_implementation", None) == "static")
     eos = settings.eos if settings.eos is not None else token_ids(generation_config.eos_token_id)
     pad = token_ids(generation_config.pad_token_id) or eos[:1] or (0,)
     max_new = _max_new(stopping_criteria, input_ids.shape[1])

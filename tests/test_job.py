@@ -1,6 +1,8 @@
 """The JSONL job (`lookahead.job.run`, local engine): greedy's outputs, bad lines, resume."""
 import io
 import json
+import os
+import re
 
 import pytest
 import torch
@@ -235,3 +237,28 @@ def test_options_are_checked_at_construction():
     with pytest.raises(ValueError,
                        match="lookup must be one of ngram, suffix, recycle, suffix\\+recycle, none, got 'regex'"):
         Options(lookup="regex")
+
+
+def test_job_threads_given_or_chosen(tmp_path, greedy, stories):
+    """`run(threads=)` generates with that many torch threads, restores torch's, and reports them; by default it
+    takes the free cores (`choose_threads`). Outputs stay greedy's."""
+    before = torch.get_num_threads()
+    out = tmp_path / "out.jsonl"
+    summary = run(write_jsonl(tmp_path / "in.jsonl", LINES), str(out), max_new_tokens=NEW, threads=2,
+                  errors=io.StringIO())
+    assert (summary.threads, summary.threads_chosen) == (2, False) and torch.get_num_threads() == before
+    assert str(summary).endswith("; 2 torch threads (as given)")
+    check_greedy(read_records(out), greedy, stories[1])
+    summary = run(write_jsonl(tmp_path / "in.jsonl", LINES), str(tmp_path / "o2.jsonl"), max_new_tokens=NEW,
+                  errors=io.StringIO())
+    assert summary.threads_chosen and 1 <= summary.threads <= os.cpu_count()
+
+
+@pytest.mark.parametrize("threads, error, message", [
+    (0, ValueError, "threads must be >= 1, got 0"),
+    (1.5, TypeError, "threads must be an int, got float (1.5)"),
+])
+def test_job_refuses_bad_threads(tmp_path, threads, error, message):
+    """A bad thread count is refused before the model loads, naming the argument."""
+    with pytest.raises(error, match=re.escape(message)):
+        run(write_jsonl(tmp_path / "in.jsonl", LINES), str(tmp_path / "out.jsonl"), threads=threads)

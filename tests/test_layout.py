@@ -6,21 +6,22 @@ PACKAGE = Path(__file__).resolve().parents[1] / "lookahead"
 
 # room -> the rooms it may import (docs/architecture.md, "Rooms")
 ALLOWED = {
-    "_checks": set(), "arguments": set(), "models": set(), "threads": set(), "demo_article": set(),
+    "_checks": set(), "_lazy": set(), "_store": set(), "arguments": set(), "models": set(), "threads": set(),
+    "demo_article": set(),
     "index": {"_checks"},
     "verify": {"index"},
-    "model": {"_checks", "verify"},
-    "decode": {"_checks", "index", "verify", "model"},
+    "model": {"_checks", "_store", "verify"},
+    "decode": {"_checks", "_store", "index", "verify", "model"},
     "_validate": {"_checks", "model"},
     "generate": {"_checks", "_validate", "index", "verify", "model", "decode"},
     "plugin": {"generate", "decode"},
     "demo": {"generate", "models", "threads", "demo_article"},
-    "job": {"_checks", "arguments", "generate", "index", "models"},
-    "bench": {"_checks", "arguments", "index", "verify", "model", "decode", "generate", "models", "threads"},
+    "job": {"_checks", "_lazy", "arguments", "generate", "index", "models", "threads"},
+    "bench": {"_checks", "_lazy", "arguments", "index", "verify", "model", "decode", "generate", "models", "threads"},
     "serve": {"_checks", "arguments", "index", "verify", "model", "decode", "models"},
     "cli": {"arguments", "demo", "job", "bench", "serve", "models"},
     "__main__": {"cli"},
-    "__init__": set(),  # imports its public names lazily, by name (`_SOURCES`)
+    "__init__": {"_lazy"},  # imports its public names lazily, by name (`_SOURCES`, `_lazy.lazy`)
 }
 
 

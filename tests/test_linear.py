@@ -11,6 +11,12 @@ from models import repeated_prompt, tiny_model
 pytestmark = pytest.mark.skipif(not linear.available(), reason="this torch build has no MKL packed sgemm")
 
 
+@pytest.fixture(autouse=True)
+def _nothing_kept(tmp_path, monkeypatch):
+    """Each test times its own row counts (`_faster_rows`, replaced in some): none read from another's disk cache."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+
+
 @pytest.fixture
 def every_row(monkeypatch):
     """The packed kernel chosen for every row count it serves, whatever this machine's timings say."""

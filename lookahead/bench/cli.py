@@ -11,9 +11,10 @@ import sys
 from pathlib import Path
 
 from . import real_cli
+from ..arguments import DTYPES
 from .arguments import cost_ratio, int_at_least, method_name, positive_int
+from .methods import COST_TOKENS as DEFAULT_COST_TOKENS
 from .methods import E2E_DEFAULT, REPLAY_DEFAULT
-from .replay import DEFAULT_COST_TOKENS
 
 
 def add_parser(sub) -> None:
@@ -58,7 +59,7 @@ def _traces_parser(p) -> None:
 
 
 def _e2e_parser(p) -> None:
-    from .e2e import DTYPES, SHAPES
+    from .shapes import SHAPES
 
     _source_args(p)
     target = p.add_mutually_exclusive_group()
@@ -78,7 +79,7 @@ def _e2e_parser(p) -> None:
     p.add_argument("--repeats", type=positive_int, default=1,
                    help="timed calls of each method on each batch, in turns (default 1; the median counts)")
     p.add_argument("--device", default="cpu", help="cpu or cuda")
-    p.add_argument("--dtype", default="fp32", choices=list(DTYPES))
+    p.add_argument("--dtype", default="fp32", choices=DTYPES)
     p.add_argument("--threads", type=positive_int, default=None, help="torch threads (default: torch's)")
     p.set_defaults(func=run_e2e)
 

@@ -21,17 +21,11 @@ import torch
 
 from .forcing import ForcedOutputs
 from .methods import E2E_DEFAULT, TREE_NODES, resolve
+from .shapes import SHAPES
 from .timing import rotations, synchronize
 
-SHAPES = {
-    "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                 num_key_value_heads=2),
-    "gpt2-small": dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12,
-                       num_key_value_heads=12),
-    "1b": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
-               num_key_value_heads=8),  # Llama-3.2-1B's layout: about 1.2B parameters with a 50k vocabulary
-}
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
 GREEDY, HF_LOOKUP = "hf-greedy", "hf-prompt-lookup-2"
 
 
@@ -162,11 +156,11 @@ def generate_with(method, model, ids, mask, max_new: int, eos: int, **extra):
     if method.runner == "call":  # a method that brings its own loop (``options["generate"]``)
         return method.options["generate"](model, ids, mask, max_new, eos), None
     if method.runner == "hf":
-        return model.generate(ids, do_sample=False, **common, **method.options), None
+        return model.generate(ids, do_sample=False, **common, **method.generate_options()), None
     from ..generate import generate
 
     extra = {k: v for k, v in extra.items() if v is not None}
-    return generate(model, ids, **common, **method.options, num_draft_tokens=10, return_stats=True, **extra)
+    return generate(model, ids, **common, **method.generate_options(), num_draft_tokens=10, return_stats=True, **extra)
 
 
 def run_e2e(model, traces, dataset: str = "traces", methods=E2E_DEFAULT, batch_sizes=(1,), eos: int = 0,

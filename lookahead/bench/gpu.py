@@ -97,7 +97,7 @@ def run_plan(model, workloads: dict, plan: Plan, eos: int, log=print, progress=N
     kept, static.MAX_STATES = static.MAX_STATES, max(static.MAX_STATES, KEPT_STATES)
     timer = ForwardTimer(model.device)
     cuda = torch.device(model.device).type == "cuda"  # where an explicit static cache is compiled: no hooks inside
-    compiled = {m for m in plan.methods if cuda and m.endswith("-static") or "compile_config" in METHODS[m].options}
+    compiled = {m for m in plan.methods if cuda and m.endswith("-static") or METHODS[m].compiled}
     rows, start = [], time.perf_counter()
     try:
         for batch in plan.batches:

@@ -4,7 +4,7 @@ the index timing, and how the wall-clock harnesses run it.
 A method may have a drafter (``make(setup)`` returns ``make_proposer(trace)``, called once per dataset, so that a
 cache shared across one dataset's traces starts empty), a way to generate (``runner`` "hf" for transformers'
 ``model.generate``, "lookahead" for ``lookahead.generate``, with ``options``; "call" for a loop of its own,
-``options["generate"](model, ids, mask, max_new, eos)``, such as `host.floor`), or both. SuffixDecoding needs an
+``options["generate"](model, ids, mask, max_new, eos)``), or both. SuffixDecoding needs an
 extra package: its drafters live in ``benchmarks/suffix_decoding.py`` and are passed to ``resolve`` as ``external``.
 
 Example::
@@ -19,14 +19,9 @@ import argparse
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from transformers import CompileConfig
-
-from ..index import NgramIndex, SuffixIndex
-from .oracles import AnchoredOracle, HindsightOracle
-from .peers import PromptLookup, VllmNgram
-
 TREE_NODES = 32  # max_draft_nodes of tree drafts, in the replay and end to end
 HF_NUM_TOKENS = 10  # prompt_lookup_num_tokens of HF prompt lookup, as lookahead's num_draft_tokens
+COST_TOKENS = HF_NUM_TOKENS + 1  # the forward a cost ratio refers to: the last token and 10 drafts
 
 
 @dataclass(frozen=True)
@@ -50,10 +45,19 @@ class Method:
     runner: str | None = None
     options: dict = field(default_factory=dict)
     requires: str | None = None  # the extra package an external drafter needs
+    compiled: bool = False  # also transformers' default CompileConfig (made on use: importing it loads torch)
 
     @property
     def replayable(self) -> bool:
         return self.make is not None
+
+    def generate_options(self) -> dict:
+        """The keyword arguments its runner passes to ``generate``: `options`, and a ``compile_config`` if compiled."""
+        if not self.compiled:
+            return dict(self.options)
+        from transformers import CompileConfig
+
+        return {**self.options, "compile_config": CompileConfig()}
 
 
 def _same(build: Callable[[Setup], object]) -> Callable[[Setup], Callable]:
@@ -61,18 +65,48 @@ def _same(build: Callable[[Setup], object]) -> Callable[[Setup], Callable]:
     return lambda setup: lambda trace: build(setup)
 
 
+# The drafters import their modules when made: the registry itself (names, defaults, `method_name`) loads neither
+# numba nor torch, so that `lookahead bench --help` answers at once.
 def _hf(ngram: int) -> Callable[[Setup], Callable]:
-    return _same(lambda setup: PromptLookup(ngram, setup.budget, setup.hf_exact))
+    def make(setup: Setup):
+        from .peers import PromptLookup
+
+        return PromptLookup(ngram, setup.budget, setup.hf_exact)
+
+    return _same(make)
 
 
 def _oracle(kind: str) -> Callable[[Setup], Callable]:
-    if kind == "oracle":
-        return lambda setup: lambda trace: HindsightOracle(trace[1])
-    return lambda setup: lambda trace: AnchoredOracle(trace[1], longest=kind == "ceiling-longest")
+    def make(trace):
+        from .oracles import AnchoredOracle, HindsightOracle
+
+        if kind == "oracle":
+            return HindsightOracle(trace[1])
+        return AnchoredOracle(trace[1], longest=kind == "ceiling-longest")
+
+    return lambda setup: make
 
 
-_NGRAM = _same(lambda setup: NgramIndex(max_ngram=4, min_ngram=1))
-_SUFFIX = _same(lambda setup: SuffixIndex())
+def _ngram(setup: Setup):
+    from ..index import NgramIndex
+
+    return NgramIndex(max_ngram=4, min_ngram=1)
+
+
+def _suffix(setup: Setup):
+    from ..index import SuffixIndex
+
+    return SuffixIndex()
+
+
+def _vllm(setup: Setup):
+    from .peers import VllmNgram
+
+    return VllmNgram(1, 4)
+
+
+_NGRAM = _same(_ngram)
+_SUFFIX = _same(_suffix)
 _TREE = {"draft": "tree", "max_draft_nodes": TREE_NODES}
 _STATIC = {"cache_implementation": "static"}
 _DYNAMIC = {"cache_implementation": "dynamic"}
@@ -105,7 +139,7 @@ METHODS: dict[str, Method] = {m.name: m for m in [
            "CUDA)", runner="lookahead", options={"lookup": "suffix", **_TREE, **_STATIC}),
     Method("lookahead-ngram-compiled", "lookahead-ngram with cache_implementation='static' and transformers' "
            "CompileConfig: compiled on any device (on CUDA the same as lookahead-ngram-static)", runner="lookahead",
-           options={"lookup": "ngram", **_STATIC, "compile_config": CompileConfig()}),
+           options={"lookup": "ngram", **_STATIC}, compiled=True),
     Method("hf-greedy", "transformers greedy, dynamic cache", runner="hf"),
     Method("hf-greedy-static", "transformers greedy, static cache (compiled with CUDA graphs on a GPU)",
            runner="hf", options=_STATIC),
@@ -114,7 +148,7 @@ METHODS: dict[str, Method] = {m.name: m for m in [
     Method("hf-prompt-lookup-4", "transformers prompt lookup, max_matching_ngram_size 4", _hf(4),
            runner="hf", options={"prompt_lookup_num_tokens": HF_NUM_TOKENS, "max_matching_ngram_size": 4}),
     Method("vllm-ngram", "vLLM n-gram proposer rule (prompt_lookup_min 1, max 4)",
-           _same(lambda setup: VllmNgram(1, 4))),
+           _same(_vllm)),
     Method("suffixdecoding", "SuffixDecoding chains, per request", requires=_SD),
     Method("suffixdecoding-tree", f"SuffixDecoding trees ({TREE_NODES} nodes), per request", tree=True, requires=_SD),
     Method("suffixdecoding-global", "SuffixDecoding chains, one global cache per dataset", requires=_SD),
@@ -141,6 +175,7 @@ REPLAY_DEFAULT = ("lookahead-ngram", "lookahead-suffix", "lookahead-suffix-tree"
                   "hf-prompt-lookup-4")
 E2E_DEFAULT = ("hf-greedy", "hf-prompt-lookup-2", "lookahead-ngram", "lookahead-suffix", "lookahead-suffix-tree")
 INDEX_DEFAULT = ("lookahead-ngram", "lookahead-suffix", "hf-prompt-lookup-2")
+REAL_DEFAULT = ("hf-greedy", "hf-prompt-lookup-2", "lookahead-ngram", "lookahead-suffix", "lookahead-suffix-tree")
 
 
 def canonical(name: str) -> str:

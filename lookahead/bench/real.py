@@ -29,12 +29,12 @@ import torch
 
 from .e2e import generate_with, random_model
 from .forcing import ForcedOutputs
-from .methods import resolve
+from .methods import REAL_DEFAULT, resolve
 from .real_workloads import is_spec_bench
 from .timing import rotations
 
 GREEDY, HF_LOOKUP = "hf-greedy", "hf-prompt-lookup-2"
-METHODS = (GREEDY, HF_LOOKUP, "lookahead-ngram", "lookahead-suffix", "lookahead-suffix-tree")
+METHODS = REAL_DEFAULT
 LOOKAHEAD = ("lookahead-ngram", "lookahead-suffix", "lookahead-suffix-tree", "lookahead-recycle-tree",
              "lookahead-suffix-recycle-tree")
 PREFILL = "prefill"  # the one-token greedy call that times the prompt's prefill
@@ -178,7 +178,7 @@ class Bench:
         from ..generate import generate
 
         cost = {} if draft_cost is None else {"draft_cost": draft_cost}
-        options = {k: v for k, v in method.options.items() if k != "max_draft_nodes"}  # the library's default
+        options = {k: v for k, v in method.generate_options().items() if k != "max_draft_nodes"}  # the library's default
         return generate(model, ids, attention_mask=mask, max_new_tokens=new, eos_token_id=self.eos,
                         pad_token_id=self.eos, **options, **cost)
 

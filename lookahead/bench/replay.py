@@ -32,9 +32,10 @@ import numpy as np
 from ..decode.policy import as_cost, step_cost
 from ..verify import greedy_accept
 from ..verify.tree import greedy_tree_accept
+from .methods import COST_TOKENS
 
 Trace = tuple[np.ndarray, np.ndarray]  # (prompt_ids, output_ids)
-DEFAULT_COST_TOKENS = 11  # a forward over the last token and 10 drafts
+DEFAULT_COST_TOKENS = COST_TOKENS  # a forward over the last token and 10 drafts
 
 
 class Proposer(Protocol):

@@ -1,5 +1,7 @@
 """Warm-ups of the fused step's kernels (`_fused_kernels`): each compiled (or loaded from numba's cache) on a small
-input for every argument type the loop passes, once per process, on the first fused call of its kind."""
+input for every argument type the loop passes, once per process, on the first fused call of its kind: one row's
+types (tuples of arrays), and the typed lists of several rows only once a call has several (`many`): compiling
+those costs a fresh install tens of seconds that a one-row call never needs."""
 import numpy as np
 from numba import typed
 
@@ -7,41 +9,45 @@ from ._fused_kernels import draft, draft_suffix, draft_trees, kept, step, step_s
 from ._fused_recycle import draft_recycle_trees, step_recycle_trees
 
 
-def warm_up_chains() -> None:
-    """Compile (or load from cache) the chain kernels on a non-empty input, for one row (tuples) and more (typed
-    lists). The step kernels take whole draft buffers and a width: one type however wide a step is."""
+def warm_up_chains(many: bool = False) -> None:
+    """Compile (or load from cache) the chain kernels on a non-empty input, for one row (tuples) and, if `many`, more
+    (typed lists). The step kernels take whole draft buffers and a width: one type however wide a step is."""
     from ..index.ngram import NgramIndex
 
     index = NgramIndex(4)
     index.extend(np.array([1, 2, 3, 1, 2], dtype=np.int64))
-    for hists, tables, states in ((index._hist,), (index._table,), (index._state,)), (
-            typed.List([index._hist] * 2), typed.List([index._table] * 2), typed.List([index._state] * 2)):
-        _warm(hists, tables, states)
-    for items in (index._hist, index._table, index._state):
-        kept(typed.List([items]), np.ones(1, np.bool_))
+    for items in _variants((index._hist, index._table, index._state), many):
+        _warm(*items)
 
 
-def warm_up_trees() -> None:
+def warm_up_trees(many: bool = False) -> None:
     """The same for the tree kernels."""
-    _warm_suffix(_warm_trees)
+    _warm_suffix(_warm_trees, many)
 
 
-def warm_up_suffix_chains() -> None:
+def warm_up_suffix_chains(many: bool = False) -> None:
     """The same for the kernels of chains from suffix indexes."""
-    _warm_suffix(_warm_suffix_chains)
+    _warm_suffix(_warm_suffix_chains, many)
 
 
-def _warm_suffix(warm) -> None:
+def _warm_suffix(warm, many: bool) -> None:
     from ..index.suffix import SuffixIndex
 
     suffix = SuffixIndex()
     suffix.extend(np.array([1, 2, 3, 1, 2], dtype=np.int64))
     suffix._buffers(8)
-    for automata, scratches in ((suffix._arrays,), (suffix._scratch,)), (
-            typed.List([suffix._arrays] * 2), typed.List([suffix._scratch] * 2)):
-        warm(automata, scratches)
-    for items in (suffix._arrays, suffix._scratch):
-        kept(typed.List([items]), np.ones(1, np.bool_))
+    for items in _variants((suffix._arrays, suffix._scratch), many):
+        warm(*items)
+
+
+def _variants(items: tuple, many: bool) -> list:
+    """The arguments a one-row call passes (a tuple per item), and with `many` those of two rows (typed lists),
+    after warming `kept`, which cuts those lists when a row finishes."""
+    if not many:
+        return [tuple((item,) for item in items)]
+    for item in items:
+        kept(typed.List([item]), np.ones(1, np.bool_))
+    return [tuple((item,) for item in items), tuple(typed.List([item] * 2) for item in items)]
 
 
 def _policy_and_sizing() -> tuple:
@@ -93,7 +99,7 @@ def _warm_trees(automata, scratches) -> None:
                *ints[8:11], ints[4])
 
 
-def warm_up_recycle_trees() -> None:
+def warm_up_recycle_trees(many: bool = False) -> None:
     """The same for the kernels of merged trees (`_fused_recycle`)."""
     from ..index.recycle import Recycled, RecycleIndex
     from ..index.suffix import SuffixIndex
@@ -104,11 +110,8 @@ def warm_up_recycle_trees() -> None:
     index.extend(np.array([1, 2, 3, 1, 2], dtype=np.int64))
     index.suffix._buffers(8)
     index._scratch(8)
-    items = (index.suffix._arrays, index.suffix._scratch, index._row)
-    for lists in (tuple((item,) for item in items), tuple(typed.List([item] * 2) for item in items)):
+    for lists in _variants((index.suffix._arrays, index.suffix._scratch, index._row), many):
         _warm_recycle_trees(lists, table)
-    for item in items:
-        kept(typed.List([item]), np.ones(1, np.bool_))
 
 
 def _warm_recycle_trees(lists, table) -> None:

@@ -8,6 +8,8 @@ recomputed only when a step taught its bucket something (`version` moved past th
 Every per-bucket array (accepted, rejected, version, table, seen; the calibration's accepted and seen) is as long as
 its edges, and a bucket index is < len(edges) (`bucket`): the policy objects allocate them from the same edges.
 """
+import functools
+
 import numpy as np
 from numba import njit
 
@@ -171,8 +173,10 @@ def tree_record(parents, sizes, probs, depths, cols, counts, edges, accepted, se
         followed[i] = f
 
 
+@functools.cache
 def warm_up() -> None:
-    """Compile (or load from cache) the kernels on a non-empty input."""
+    """Compile (or load from cache) the kernels on a non-empty input, once per process: the first unfused call that
+    sizes a draft calls it (not the import; the fused step compiles these inside its own kernels)."""
     edges = np.array([0, 1, 2], dtype=np.int64)
     accepted, rejected = np.ones(3), np.ones(3)
     version, seen, table = np.zeros(3, np.int64), np.full(3, -1, np.int64), np.zeros(3, np.int64)

@@ -4,10 +4,11 @@ On a GPU at batch 1 a forward over 32 tokens costs about what a forward over 1 c
 every verified token adds compute, and on a CPU any multi-token forward costs well over a one-token one (a
 matrix-vector product). `measure_draft_cost` times forwards over a filled KV cache and returns the measured curve;
 pass it as `generate(..., draft_cost=...)`, or pass `draft_cost="auto"` to have it measured once per model (and
-device, dtype and thread count) on first use.
+device, dtype and thread count) on first use and kept on disk for later processes (`lookahead._store`).
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 import weakref
@@ -19,6 +20,7 @@ from ..model.attention import packed_attention
 from ..model.cache import new_cache, rollback
 from ..model.facts import ModelFacts, cache_kwarg, position_limit
 from ..model.linear import packed_linears
+from .._store import Store, machine
 from .policy import CostCurve, as_cost
 from .settings import DRAFT_TOKENS
 
@@ -50,7 +52,10 @@ def forward_times(model, sizes=(1, 4, 8, 16, 32), context: int = 512, batch: int
     return {n: float(np.median(t[1:])) for n, t in samples.items()}
 
 
-def measure_draft_cost(model, context: int = 512, batch: int = 1, max_tokens: int = 32) -> CostCurve:
+CONTEXT = 512  # cached tokens the forwards are timed after
+
+
+def measure_draft_cost(model, context: int = CONTEXT, batch: int = 1, max_tokens: int = 32) -> CostCurve:
     """The cost of verifying k = 0..max_tokens drafts on this machine, in one-token forwards (a `CostCurve`).
 
     Times forwards over 1 + k new tokens after `context` cached tokens for the widths `widths` gives (every width to
@@ -84,16 +89,39 @@ def widths(most: int) -> list:
     return sorted({n for n in [*range(1, 9), *range(12, most + 1, 4)] if n <= most} | {1, most})
 
 
-def measured_draft_cost(model, max_tokens: int) -> CostCurve:
-    """`measure_draft_cost(model, max_tokens=max_tokens)`, measured once per model, device, dtype and thread count."""
+def measured_draft_cost(model, max_tokens: int, store: Store | None = None) -> CostCurve:
+    """`measure_draft_cost(model, max_tokens=max_tokens)`, measured once per model, device, dtype and thread count,
+    and kept on disk for the next process (like numba's cache; `lookahead._store`).
+
+    Args:
+        store: where measured curves are kept (default `Store.default()`, ~/.cache/lookahead; ``Store(None)`` keeps
+            nothing across processes).
+    """
     key = (str(model.device), str(model.dtype), torch.get_num_threads(), max_tokens)
     known = _MEASURED.setdefault(model, {})
     if key not in known:
-        start = time.perf_counter()
-        known[key] = measure_draft_cost(model, max_tokens=max_tokens)
-        logger.info("lookahead: measured the verification cost in %.1f s: %r", time.perf_counter() - start,
-                    known[key])
+        store = Store.default() if store is None else store
+        stored_key = curve_key(model, max_tokens)
+        raw = store.get("cost-curves", stored_key)
+        if raw is None:
+            start = time.perf_counter()
+            curve = measure_draft_cost(model, max_tokens=max_tokens)
+            logger.info("lookahead: measured the verification cost in %.1f s: %r", time.perf_counter() - start, curve)
+            store.put("cost-curves", stored_key, [c if c < float("inf") else None for c in curve.raw.tolist()])
+        else:
+            curve = CostCurve([float("inf") if c is None else c for c in raw])
+        known[key] = curve
     return known[key]
+
+
+def curve_key(model, max_tokens: int) -> dict:
+    """What `model`'s measured curve depends on, as `Store` keys it: the model's name and a hash of its config (its
+    shapes), device, dtype, threads, the widths and context timed, torch's version and the machine."""
+    config = model.config.to_json_string(use_diff=False)
+    return {"model": str(getattr(model.config, "_name_or_path", "") or type(model).__name__),
+            "config": hashlib.sha256(config.encode()).hexdigest(), "device": str(model.device),
+            "dtype": str(model.dtype), "threads": torch.get_num_threads(), "max_tokens": int(max_tokens),
+            "context": CONTEXT, "torch": torch.__version__, **machine()}
 
 
 def draft_cost(model, facts: ModelFacts, settings, sampling: bool = False):

@@ -57,10 +57,10 @@ class _Fused:
     """
 
     arrays = ()  # the names of the index's arrays the kernels take
-    warm_up = staticmethod(lambda: None)  # compiles the kernels: once per process, on the first fused call
+    warm_up = staticmethod(lambda many: None)  # compiles the kernels once per process: one row's, then several's
 
     def __init__(self, target, run, max_new: int, clock, indexes: list):
-        self.warm_up()
+        self.warm_up(len(indexes) > 1)
         self.target, self.run, self.max_new, self.clock = target, run, max_new, clock
         self.budget = run.sizing.max_nodes if not run.sizing.chain else run.sizing.length.max_tokens
         self.eos = np.array(sorted(run.stopper.eos), dtype=np.int64)

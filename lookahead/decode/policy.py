@@ -16,7 +16,6 @@ import numpy as np
 from . import _policy_kernels as K
 
 _BUCKETS = np.array([0, 1, 2, 3, 4, 6, 8, 12, 16, 32], dtype=np.int64)  # lower edges of match-length buckets
-K.warm_up()
 
 
 class CostCurve:
@@ -187,6 +186,7 @@ class DraftLength:
         """Draft length for each row, given the length of the match behind its next proposal (one per row)."""
         matches = np.asarray(match_lengths, dtype=np.int64)
         out = np.empty(len(matches), dtype=np.int64)
+        K.warm_up()
         K.choose(matches, _BUCKETS, self.accepted, self.rejected, self.version, *self.tables(len(matches)), out)
         return out
 
@@ -200,6 +200,7 @@ class DraftLength:
 
     def update(self, match_lengths: np.ndarray, drafted: np.ndarray, accepted: np.ndarray) -> None:
         """Record a step: the rows' match lengths, how many tokens each drafted and how many were accepted."""
+        K.warm_up()
         K.record(np.asarray(match_lengths, dtype=np.int64), np.asarray(drafted, dtype=np.int64),
                  np.asarray(accepted, dtype=np.int64), _BUCKETS, self.accepted, self.rejected, self.version)
 

@@ -88,6 +88,7 @@ class TreeSizing:
         """Each row's `Draft` (a tree; `Draft.empty` where a row has no index); `rooms` [b] caps its nodes;
         `padded(n)` as for chains: every row keeps as many nodes as the forward computes anyway."""
         costs, cal = self._step_costs(len(indexes)), self.calibration
+        K.warm_up()
         pick, path = np.empty(self.max_nodes, dtype=np.int64), np.empty(self.max_nodes, dtype=np.int64)
         trees, sizes = [], []
         for ix, room, k in zip(indexes, rooms, self.length.choose(_matches(indexes))):
@@ -121,6 +122,7 @@ def first_path(parents: np.ndarray, k: int) -> list:
     [0, 2, 4]
     """
     out = np.empty(max(k, 0), dtype=np.int64)
+    K.warm_up()
     return out[:K.first_path(parents, k, out)].tolist()
 
 

@@ -67,7 +67,7 @@ PRIOR_WEIGHT = 4.0  # pseudo-observations behind the prior hit rate m / (m + 2) 
 _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 FULL = -2  # suffix_extend's answer when the arrays cannot take the tokens: grow them (`SuffixIndex._reserve`), retry
 
-# `_nrt` is numba's own (underscored) option. Median µs with reference counting off / on (benchmarks/suffix_nrt.py:
+# `_nrt` is numba's own (underscored) option. Median µs with reference counting off / on (benchmarks/suffix_nrt.py at 91e0e9a:
 # 7 alternated runs of each, 2,000 steps on 1k and 32k tokens of real text, numba 0.68, a 2-core machine at load
 # 4-7): propose(10) 1.6 / 5.0, propose_tree(32) 4.5 / 15-16, extend(3) 1.8-2.3 / 3.7-4.2, the fused tree step
 # 10-11 / 22-23; no run of one variant overlaps the other's. A numba without the option gets the same kernels with

@@ -3,10 +3,8 @@ from __future__ import annotations
 
 import sys
 
-from .. import models
-from ..arguments import non_negative_int, positive_float, positive_int, probability
-from .._checks import TREE_LOOKUPS
-from .worker import DRAFTS, LOOKUPS
+from ..arguments import DTYPES, non_negative_int, positive_float, positive_int, probability
+from .._checks import DRAFTS, LOOKUPS, TREE_LOOKUPS
 
 
 def add_parser(sub) -> None:
@@ -18,7 +16,7 @@ def add_parser(sub) -> None:
     p.add_argument("input", metavar="INPUT.jsonl")
     p.add_argument("--output", required=True, metavar="OUT.jsonl", help="appended to; '-' for stdout (no resume)")
     p.add_argument("--model", default=None,
-                   help="folder, hub id, .gguf file or smollm2 (default: the bundled stories260K)")
+                   help="folder, hub id, .gguf file, smollm2 or gemma3 (default: the bundled stories260K)")
     p.add_argument("--lookup", choices=LOOKUPS, default="ngram", help="what drafts come from (default ngram)")
     p.add_argument("--draft", choices=DRAFTS, default="chain",
                    help="tree needs --lookup suffix, recycle or suffix+recycle")
@@ -27,9 +25,10 @@ def add_parser(sub) -> None:
     p.add_argument("--memory", type=non_negative_int, default=0, metavar="TOKENS",
                    help="a Memory of this many tokens shared by the lines a worker handles (default 0: none)")
     p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda when present)")
-    p.add_argument("--dtype", choices=list(models.DTYPES), default="fp32", help="(default fp32)")
+    p.add_argument("--dtype", choices=DTYPES, default="fp32", help="(default fp32)")
     p.add_argument("--threads", type=positive_int, default=None,
-                   help="torch CPU threads (default: torch's); 1 suits small models on a busy machine")
+                   help="torch CPU threads (default: as many as the cores no other process is using, as `lookahead "
+                        "demo` picks them; the summary says how many)")
     p.add_argument("--do-sample", action="store_true", help="sample instead of greedy decoding")
     p.add_argument("--temperature", type=positive_float, default=1.0, help="with --do-sample (default 1.0)")
     p.add_argument("--top-p", type=probability, default=1.0, help="with --do-sample (default 1.0)")
@@ -50,15 +49,12 @@ def _generate(args) -> int:
         args.parser.error("--draft tree needs --lookup suffix, recycle or suffix+recycle")
     if args.engine == "local" and (args.address is not None or args.workers != 1):
         args.parser.error("--address and --workers need --engine ray")
-    if args.threads is not None:
-        import torch
-
-        torch.set_num_threads(args.threads)
     try:
         summary = run(args.input, args.output, args.model, engine=args.engine, lookup=args.lookup, draft=args.draft,
                       max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, memory=args.memory,
                       do_sample=args.do_sample, temperature=args.temperature, top_p=args.top_p, seed=args.seed,
-                      device=args.device, dtype=args.dtype, address=args.address, workers=args.workers,
+                      device=args.device, dtype=args.dtype, threads=args.threads, address=args.address,
+                      workers=args.workers,
                       progress=False if args.no_progress else None, echo=sys.stdout if args.print_text else None)
     except (ValueError, ImportError) as error:
         print(f"lookahead generate: error: {error}", file=sys.stderr)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from tqdm import tqdm
 
+from .._checks import check_int
 from .lines import done_ids, read_input
 from .worker import ModelSpec, Options, Worker, batches, describe
 
@@ -26,6 +27,8 @@ class Summary:
     new_tokens: int = 0
     forwards: int = 0  # forward passes summed over lines (a batch forward counts once per line in it)
     seconds: float = 0.0  # generation time, model loading excluded
+    threads: int | None = None  # torch threads the local engine generated with (None: the Ray engine's workers)
+    threads_chosen: bool = False  # picked from the free cores (`lookahead.threads.choose_threads`), not given
 
     @property
     def tokens_per_second(self) -> float:
@@ -42,14 +45,20 @@ class Summary:
     def __str__(self) -> str:
         return (f"{self.written} lines written, {self.skipped} already done, {self.failed} failed; {self.new_tokens} "
                 f"new tokens in {self.seconds:.1f} s ({self.tokens_per_second:.1f} tokens/s, "
-                f"{self.tokens_per_forward:.2f} tokens per forward)")
+                f"{self.tokens_per_forward:.2f} tokens per forward){self._threads()}")
+
+    def _threads(self) -> str:
+        if self.threads is None:
+            return ""
+        how = "the cores no other process was using" if self.threads_chosen else "as given"
+        return f"; {self.threads} torch thread{'s' if self.threads > 1 else ''} ({how})"
 
 
 def run(input, output, model=None, *, engine: str = "local", lookup: str = "ngram", draft: str = "chain",
         max_new_tokens: int = 128, batch_size: int = 8, memory: int = 0, do_sample: bool = False,
         temperature: float = 1.0, top_p: float = 1.0, seed: int = 0, device: str | None = None, dtype: str = "fp32",
-        address: str | None = None, workers: int = 1, logits_processor=None, progress: bool | None = None,
-        echo=None, errors=None) -> Summary:
+        threads: int | None = None, address: str | None = None, workers: int = 1, logits_processor=None,
+        progress: bool | None = None, echo=None, errors=None) -> Summary:
     """Generate for every line of a JSONL file and append one JSON line per input line to `output`.
 
     Input lines: `{"id": ..., "prompt": "..."}`, or `"messages": [...]` (chat template), or `"input_ids": [...]`;
@@ -68,6 +77,9 @@ def run(input, output, model=None, *, engine: str = "local", lookup: str = "ngra
         batch_size: lines per `generate` call, grouped by prompt length.
         memory: tokens of a `lookahead.Memory` shared by the lines one worker handles (0: none).
         device: "cpu", "cuda", ... Default: CUDA when present. dtype: "fp32", "bf16" or "fp16".
+        threads: torch threads of the local engine, restored afterwards. Default: as many as the cores no other
+            process is using now (`lookahead.threads.choose_threads`, as `lookahead demo`): torch's one thread per
+            core against a busy core made a 5-prompt job 4x slower. The summary says what was used.
         address, workers: the Ray cluster (None: start a local one) and the number of model replicas (engine="ray").
         logits_processor: passed to every `generate` call (e.g. `lookahead.bench.ForcedReplay`).
         progress: show a progress bar (default: when stderr is a terminal).
@@ -79,18 +91,27 @@ def run(input, output, model=None, *, engine: str = "local", lookup: str = "ngra
 
     Raises:
         ValueError: a setting out of range, an unknown engine, an unreadable input or output, a model that cannot be
-            loaded. ImportError: engine="ray" without Ray installed (the message says how to install it).
+            loaded, threads below 1. TypeError: threads not an int. ImportError: engine="ray" without Ray installed (the message says how to install it).
 
     Example:
         >>> summary = run("prompts.jsonl", "out.jsonl", max_new_tokens=64, lookup="suffix")
         >>> summary.failed, summary.tokens_per_forward
     """
     options = Options(lookup, draft, max_new_tokens, batch_size, memory, do_sample, temperature, top_p, seed)
+    if threads is not None:
+        check_int("threads", threads, 1)
     ray_engine = _ray_engine(workers) if _engine(engine) == "ray" else None
-    errors = sys.stderr if errors is None else errors
-    spec = ModelSpec(model, device, dtype)
+    with _torch_threads(threads if ray_engine is None else None, ray_engine is None) as used:
+        summary = _run(input, output, ray_engine, options, ModelSpec(model, device, dtype), address, workers,
+                       logits_processor, progress, echo, sys.stderr if errors is None else errors, used)
+    return summary
+
+
+def _run(input, output, ray_engine, options: Options, spec: ModelSpec, address, workers, logits_processor, progress,
+         echo, errors, threads: tuple) -> Summary:
+    """`run` once its arguments are checked and its torch threads set (``threads``: (count, chosen) or None)."""
     loaded = spec.load() if ray_engine is None else None
-    described = describe(*(loaded or _config_and_tokenizer(spec)), max_new_tokens)
+    described = describe(*(loaded or _config_and_tokenizer(spec)), options.max_new_tokens)
     done, cut = (set(), False) if output == "-" else done_ids(output)
     if cut:
         print(f"{output}: removed a last line cut off by an earlier run", file=errors)
@@ -99,7 +120,9 @@ def run(input, output, model=None, *, engine: str = "local", lookup: str = "ngra
         for number, reason in bad:
             print(f"{input}:{number}: {reason}", file=errors)
         summary = Summary(skipped=skipped, failed=len(bad))
-        groups = batches(lines, batch_size)
+        if threads is not None:
+            summary.threads, summary.threads_chosen = threads
+        groups = batches(lines, options.batch_size)
         if ray_engine is None:
             worker = Worker(*loaded, options, logits_processor)
             results = (worker(group) for group in groups)
@@ -108,6 +131,26 @@ def run(input, output, model=None, *, engine: str = "local", lookup: str = "ngra
         _write(results, stream, input, summary, len(lines), progress, echo, errors)
     print(f"lookahead generate: {summary}", file=errors)
     return summary
+
+
+@contextmanager
+def _torch_threads(threads: int | None, local: bool):
+    """Set torch's threads for a local run (``threads``, else `choose_threads`) and restore them; yields
+    (count, chosen) or None for the Ray engine, whose workers keep their own."""
+    if not local:
+        yield None
+        return
+    import torch
+
+    from ..threads import choose_threads
+
+    before = torch.get_num_threads()
+    count = threads if threads is not None else choose_threads()
+    torch.set_num_threads(count)
+    try:
+        yield count, threads is None
+    finally:
+        torch.set_num_threads(before)
 
 
 def _engine(engine: str) -> str:

@@ -8,11 +8,10 @@ from dataclasses import dataclass
 import torch
 
 from .. import models
-from .._checks import LOOKUPS, TREE_LOOKUPS
+from .._checks import DRAFTS, LOOKUPS, TREE_LOOKUPS
 from ..generate import generate
 from ..index.memory import Memory
 from .lines import Line, Model
-DRAFTS = ("chain", "tree")
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,10 @@
 """The only code that changes the KV cache's layout: creation, rollback of rejected drafts, dropping rows.
 
 Rejected draft tokens cost nothing to undo: their keys/values sit at the end of the cache and are cut off.
-Sliding-window layers are told to record their past so that a rollback after a verification step is possible.
-Full-attention layers keep their keys and values in buffers with room to grow (`GrowingLayer`): transformers'
-dynamic layer concatenates, copying the whole layer at every step.
+Attention layers keep their keys and values in buffers with room to grow (`GrowingLayer`): transformers' dynamic
+layer concatenates, copying the whole layer at every step. Sliding-window and chunked layers keep every slot too, as
+full-attention layers do: a batch's rows hold different numbers of masked slots (rejected drafts), so which slots a
+window holds differs by row; the masks cut each layer's window by position (`CausalLM`, `layers.LayerKinds`).
 """
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ import torch
 from transformers import DynamicCache, EncoderDecoderCache
 
 try:
-    from transformers.cache_utils import DynamicLayer
+    from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 except ImportError:  # older transformers: caches without layer objects
-    DynamicLayer = None
+    DynamicLayer = DynamicSlidingWindowLayer = None
 
 HEADROOM = 256  # slots a buffer grows by at least
 
@@ -84,12 +85,12 @@ def new_cache(model) -> DynamicCache:
 
 
 def _grow_in_place(cache) -> None:
-    """Make the cache's full-attention layers `GrowingLayer`s (they hold nothing yet)."""
+    """Make the cache's attention layers (full, sliding-window, chunked) `GrowingLayer`s (they hold nothing yet)."""
     if DynamicLayer is None:
         return
     layers = getattr(cache, "layers", None) or []
     for i, layer in enumerate(layers):
-        if type(layer) is DynamicLayer and not layer.is_initialized:
+        if type(layer) in (DynamicLayer, DynamicSlidingWindowLayer) and not layer.is_initialized:
             layers[i] = GrowingLayer()
     if getattr(cache, "layer_class_to_replicate", None) is DynamicLayer:
         cache.layer_class_to_replicate = GrowingLayer
@@ -114,9 +115,9 @@ def keep_slots(cache, start: int, slots: torch.Tensor) -> None:
     for layer in cache.layers:
         if not getattr(layer, "is_initialized", True) or layer.keys is None:
             continue
-        index = slots[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[-1])
-        for name in ("keys", "values"):
+        for name in ("keys", "values"):  # keys and values may differ in heads and head size (MLA)
             states = getattr(layer, name)
+            index = slots[:, None, :, None].expand(-1, states.shape[1], -1, states.shape[-1])
             packed = states[:, :, start:].gather(2, index)  # read every kept slot before any is overwritten
             states[:, :, start:start + width] = packed
             setattr(layer, name, states[:, :, :start + width])

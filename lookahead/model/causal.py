@@ -17,9 +17,10 @@ from ..verify.rules import argmax
 from . import _kernels as K
 from .cache import keep_slots, new_cache, rollback, select_rows
 from .facts import ModelFacts
+from .layers import LayerKinds
 from .static import prompt_positions, prompt_sources
 
-K.warm_up()
+# No warm-up at import: each kernel compiles (or loads from numba's cache) on first use, with the types it gets.
 
 
 class CausalLM:
@@ -46,6 +47,7 @@ class CausalLM:
         self.on_host = mask.device.type == "cpu"  # kernels write the step's inputs and the mask in place; else the
         # mask is written on its device
         self.held = 0  # the step's columns the cache holds past `width` until the commit
+        self.kinds = LayerKinds.of(model.config)  # windowed layers get masks of their own, by position
 
     @property
     def mask(self) -> torch.Tensor:
@@ -125,11 +127,28 @@ class CausalLM:
         if batch.chain and self.padded(width) > width:
             batch = batch.widened(self.padded(width))
         tokens, positions, mask = self._chain_inputs(last, batch) if batch.chain else self._tree_inputs(last, batch)
+        if self.kinds.windowed:
+            mask = self._layer_masks(mask, positions)
         logits = self.model(input_ids=to_device(tokens, device), attention_mask=mask, use_cache=True,
                             position_ids=to_device(positions, device), **{self.facts.kv: self.cache}).logits
         stats.add_forward(len(last))
         self.held = batch.width + 1
         return logits[:, :width + 1]
+
+    def _layer_masks(self, mask: torch.Tensor, positions: np.ndarray):
+        """The step's mask for each kind of layer (`LayerKinds.masks`) from its full-attention mask: the 2D slot mask
+        of a chain (causal within the step) or a tree's additive 4D mask. Windows and chunks are cut by position:
+        a row's kept slots hold consecutive positions (`commit` keeps a step's accepted columns in order), so a
+        slot's is the count of kept slots before it, whatever holes rejected drafts left."""
+        q, width = positions.shape[1], self.width
+        if mask.dim() == 2:  # [b, S + Q] -> what each query sees: the kept slots, the step's columns up to its own
+            causal = torch.ones((q, width + q), dtype=torch.bool, device=mask.device).tril(width)
+            allowed = mask.bool()[:, None, :] & causal
+        else:
+            allowed = mask[:, 0] == 0
+        query_pos = to_device(positions, self._slots.device)
+        key_pos = torch.cat([self.mask.cumsum(-1) - 1, query_pos], dim=1)
+        return self.kinds.masks(allowed, key_pos, query_pos, self.facts.dtype)
 
     def verify_ids(self, last: np.ndarray, batch, stats) -> np.ndarray:
         """`verify`, then the argmax after the root and each draft node [b, N+1] as a host array (greedy without

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .layers import layer_kinds, own_cache, smallest_window
+
 _PARAMETERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # forward function -> its parameter names
 
 
@@ -27,23 +29,26 @@ class ModelFacts:
     vocab: int  # rows of its input embedding: the ids it accepts
     encoder_decoder: bool
     model_type: str | None
-    window: int | None  # the sliding window of its (decoder's) attention, None for full attention
+    window: int | None  # the smallest sliding window or attention chunk of its (decoder's) layers, None: none has one
     device: torch.device
     dtype: torch.dtype
     devices: frozenset  # the devices `device_map` spread its weights over (empty: none)
     logits_to_keep: bool  # its forward can compute the last position's logits only
+    layers: tuple = ()  # each decoder layer's kind (`layers.Layer`): full, sliding, chunked, recurrent, ...
+    alibi: str | None = None  # it biases attention by distance (ALiBi): "mask" (from the 2D attention mask),
+    # "slots" (from cache slots: MPT); None: no ALiBi
+    own_cache: str | None = None  # the cache class its modeling module defines for itself, if any
 
     @classmethod
     def of(cls, model) -> "ModelFacts":
-        text = model.config.get_text_config(decoder=True)
-        window = getattr(text, "sliding_window", None)
+        layers = layer_kinds(model)
         encoder_decoder = bool(getattr(model.config, "is_encoder_decoder", False))
         return cls(type(model).__name__, cache_kwarg(model), position_limit(model.config),
                    model.get_input_embeddings().num_embeddings, encoder_decoder,
-                   getattr(model.config, "model_type", None), window if isinstance(window, int) else None,
+                   getattr(model.config, "model_type", None), smallest_window(layers),
                    model.device, model.dtype,
                    frozenset(str(d) for d in (getattr(model, "hf_device_map", None) or {}).values()),
-                   "logits_to_keep" in forward_parameters(model))
+                   "logits_to_keep" in forward_parameters(model), layers, uses_alibi(model), own_cache(model))
 
     def last_logits_only(self) -> dict:
         """The forward keyword that computes logits at the last position only, where the model takes it."""
@@ -54,6 +59,15 @@ def cache_kwarg(model) -> str:
     """The keyword a model's forward takes its KV cache by: "cache" (transformers 5.24 on; `past_key_values` is
     deprecated there), else "past_key_values"."""
     return "cache" if "cache" in forward_parameters(model) else "past_key_values"
+
+
+def takes_keywords(model) -> bool:
+    """Whether `model.forward` takes arbitrary keywords (`**kwargs`), through which it may take `use_cache`."""
+    try:
+        parameters = inspect.signature(model.forward).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
 
 
 def forward_parameters(model) -> frozenset:
@@ -70,9 +84,36 @@ def forward_parameters(model) -> frozenset:
         return frozenset(inspect.signature(forward).parameters)
 
 
+def uses_alibi(model) -> str | None:
+    """How the model biases attention by distance (ALiBi: Bloom; Falcon with `alibi=True`; MPT with
+    `attn_config.alibi`), where its modeling module builds the biases (`build_*alibi_tensor`) and the config does not
+    turn them off: "mask" when they are built from the 2D attention mask (each key's position among the slots a row
+    sees), "slots" when from the cache length (MPT); None without ALiBi."""
+    import sys
+
+    module = vars(sys.modules.get(type(model).__module__) or object)
+    build = next((f for name, f in module.items() if name.startswith("build_") and name.endswith("alibi_tensor")
+                  and callable(f)), None)  # build_alibi_tensor (Bloom, Falcon), build_mpt_alibi_tensor (MPT)
+    if build is None:
+        return None
+    config = model.config
+    for holder in (config, getattr(config, "attn_config", None)):
+        flag = holder.get("alibi") if isinstance(holder, dict) else getattr(holder, "alibi", None)
+        if isinstance(flag, bool) and not flag:
+            return None
+        if isinstance(flag, bool):
+            break
+    try:
+        from_mask = "attention_mask" in inspect.signature(build).parameters
+    except (TypeError, ValueError):
+        from_mask = False
+    return "mask" if from_mask else "slots"
+
+
 def position_limit(config):
-    """The model's most positions (max_position_embeddings or its equivalent), or None."""
-    for attr in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+    """The model's most positions (max_position_embeddings or its equivalent: MPT's max_seq_len, ...), or None."""
+    for attr in ("max_position_embeddings", "n_positions", "max_sequence_length", "max_seq_len", "n_ctx",
+                 "seq_length"):
         value = getattr(config, attr, None)
         if isinstance(value, int) and value > 0:
             return value

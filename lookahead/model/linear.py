@@ -26,6 +26,8 @@ import weakref
 import torch
 from torch import nn
 
+from .._store import Store, machine
+
 ROWS = 16  # row counts above this go to the plain kernel (as fast there); weights are packed for this many rows,
 # which serves fewer rows as well (packed for one row, MKL's layout is slower from two rows up)
 SAMPLE_BYTES = 48 << 20  # the layers timed to choose a kernel per row count: about this much weight, and the largest
@@ -110,9 +112,13 @@ class _Packs:
                     self.packed[i] = torch.ops.mkl._mkl_reorder_linear_weight(m.weight.detach(), ROWS)
                 self.keys[i] = key
         threads = torch.get_num_threads()
-        if threads not in self.faster:
-            start = time.perf_counter()
-            self.faster[threads] = _faster_rows(self.layers, self.packed)
+        if threads not in self.faster:  # timed once per machine, shapes and threads: then read from disk (`_store`)
+            key = {"layers": [list(m.weight.shape) for m in self.layers], "threads": threads, "rows": ROWS,
+                   "sample": SAMPLE_BYTES, "torch": torch.__version__, **machine()}
+            stored, start = Store.default().get("linear-rows", key), time.perf_counter()
+            self.faster[threads] = set(stored) if stored is not None else _faster_rows(self.layers, self.packed)
+            if stored is None:
+                Store.default().put("linear-rows", key, sorted(self.faster[threads]))
             logger.info("lookahead: timed packed linear weights in %.1f s (%d threads): packed at %s rows",
                         time.perf_counter() - start, threads, sorted(self.faster[threads]) or "no")
 

@@ -3,6 +3,10 @@
 Each row owns a run of slots; a forward writes its queries' keys and values at the slots the caller names
 (`SlotCache.writes`), so a rejected draft is simply overwritten by the next step and a rollback copies nothing
 (reference: gpt-fast's static cache). `lookahead.model.static` runs the steps over it.
+
+A sliding-window layer keeps only a ring of slots (`rings`: its window plus the widest step, not the whole call):
+slot s lives at s mod ring, so the newest ring-many slots of a row are always there; the prefill's queries attend to
+the prompt's own keys (the ring keeps its last ring-many), and a step's mask for that layer is over the ring.
 """
 from __future__ import annotations
 
@@ -15,47 +19,81 @@ class SlotLayer(CacheLayerMixin):
 
     is_compileable = True
 
-    def __init__(self, cache: "SlotCache", index: int):
+    def __init__(self, cache: "SlotCache", index: int, ring: int | None = None):
         super().__init__()
-        self.cache, self.index = cache, index
-        self.keys, self.values = cache.kv[0, index], cache.kv[1, index]
+        self.cache, self.index, self.ring = cache, index, ring  # ring: the slots of a sliding layer (None: all)
+        if ring is None:
+            self.keys, self.values = cache.kv[0, cache.plain[index]], cache.kv[1, cache.plain[index]]
+        else:
+            b, heads, _, d = cache.kv.shape[2:]
+            self.keys = cache.kv.new_zeros((b, heads, ring, d))
+            self.values = cache.kv.new_zeros((b, heads, ring, d))
+            cache.own.add(index)
         self.is_initialized = True
 
     def lazy_initialization(self, key_states, value_states) -> None:
         pass
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs) -> tuple:
+        if not self._fits(key_states, value_states):
+            self.own(key_states, value_states)
         rows, slots = self.cache.rows, self.cache.writes  # [b, 1], [b, Q]
+        if self.ring is not None:
+            if self.cache.prefilling:  # the prompt attends to its own keys; the ring keeps the last ring-many
+                n = min(slots.shape[1], self.ring)
+                self.keys[rows, :, slots[:, -n:] % self.ring] = key_states.transpose(1, 2)[:, -n:]
+                self.values[rows, :, slots[:, -n:] % self.ring] = value_states.transpose(1, 2)[:, -n:]
+                return key_states, value_states
+            slots = slots % self.ring
         self.keys[rows, :, slots] = key_states.transpose(1, 2)  # [b, Q, H, d] into slot order
         self.values[rows, :, slots] = value_states.transpose(1, 2)
         return self.keys, self.values
 
+    def _fits(self, key_states: torch.Tensor, value_states: torch.Tensor) -> bool:
+        """Whether the layer's buffers hold keys and values of these heads and sizes."""
+        return (self.keys.shape[1::2] == key_states.shape[1::2]
+                and self.values.shape[1::2] == value_states.shape[1::2])
+
+    def own(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        """Give the layer buffers of its own, shaped by its first keys and values, where the config's heads and head
+        size are not its (multi-head latent attention: keys of the rotary part or of nope+rope sizes, values of
+        `v_head_dim` or the latent's rank); the first update is a prefill, before any step is captured."""
+        b, slots = self.keys.shape[0], self.ring or self.cache.slots
+        self.keys = key_states.new_zeros((b, key_states.shape[1], slots, key_states.shape[-1]))
+        self.values = value_states.new_zeros((b, value_states.shape[1], slots, value_states.shape[-1]))
+        self.cache.own.add(self.index)
+
     def get_mask_sizes(self, query_length: int) -> tuple:
-        return self.cache.slots, 0
+        return self.ring or self.cache.slots, 0
 
     def get_seq_length(self) -> int:
         return 0  # positions and the mask come from the caller, never from the cache length
 
     def get_max_length(self) -> int:
-        return self.cache.slots
+        return self.ring or self.cache.slots
 
 
 class SlotCache(Cache):
-    """Keys and values of every layer in one buffer [2, layers, b, heads, slots, head_dim].
+    """Keys and values of every full-attention layer in one buffer [2, layers, b, heads, slots, head_dim]; a
+    sliding layer's in a ring of its own (`rings`: layer index -> its slots).
 
-    `writes` [b, Q] (a device tensor the caller fills before each forward) says where each query's keys go.
+    `writes` [b, Q] (a device tensor the caller fills before each forward) says where each query's keys go;
+    `prefilling` is set while the prompts' forward runs.
     """
 
-    def __init__(self, config, batch: int, slots: int, dtype: torch.dtype, device):
+    def __init__(self, config, batch: int, slots: int, dtype: torch.dtype, device, rings: dict | None = None):
         text = config.get_text_config(decoder=True)
-        heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
-        head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
-        self.slots = slots
-        self.kv = torch.zeros((2, text.num_hidden_layers, batch, heads, slots, head_dim), dtype=dtype, device=device)
+        heads = _shared(text, "num_key_value_heads") or text.num_attention_heads
+        head_dim = _shared(text, "head_dim") or text.hidden_size // text.num_attention_heads
+        rings, layers = rings or {}, text.num_hidden_layers
+        self.slots, self.prefilling = slots, False
+        self.plain = {i: k for k, i in enumerate(i for i in range(layers) if i not in rings)}  # layer -> its kv row
+        self.kv = torch.zeros((2, len(self.plain), batch, heads, slots, head_dim), dtype=dtype, device=device)
         self.rows = torch.arange(batch, device=device)[:, None]
         self.writes = torch.zeros((batch, 1), dtype=torch.long, device=device)
         self.origin = torch.arange(batch, device=device)  # the call's row that each batch row holds (compaction)
-        super().__init__(layers=[SlotLayer(self, i) for i in range(text.num_hidden_layers)])
+        self.own = set()  # layers whose keys and values are buffers of their own (`SlotLayer.own`), not views of kv
+        super().__init__(layers=[SlotLayer(self, i, rings.get(i)) for i in range(layers)])
 
     def batch_tensors(self) -> list:
         """(tensor, its batch dimension) of every cache tensor a step may read (`origin`: a forward hook may)."""
@@ -66,15 +104,35 @@ class SlotCache(Cache):
         """Copy every layer's slots `src` [b, W] to `dst` [b, W] (all read before any is written)."""
         moved = self.kv[:, :, self.rows, :, src]  # [b, W, 2, layers, heads, d]
         self.kv[:, :, self.rows, :, dst] = moved
+        for i in self.own:
+            layer = self.layers[i]
+            to, fro = (dst, src) if layer.ring is None else (dst % layer.ring, src % layer.ring)
+            for states in (layer.keys, layer.values):
+                states[self.rows, :, to] = states[self.rows, :, fro]
+
+    def take_rows(self, old: "SlotCache", index: torch.Tensor, n: int) -> None:
+        """Fill this cache's rows with the first `n` slots of `old`'s rows `index` [b] (every layer; compaction)."""
+        self.kv[:, :, :, :, :n] = old.kv[:, :, index, :, :n]
+        for i in old.own:
+            mine, theirs = self.layers[i], old.layers[i]
+            if i not in self.own:
+                mine.own(theirs.keys[:1, :, :1], theirs.values[:1, :, :1])
+            n_i = n if mine.ring is None else mine.ring  # a ring: all of it
+            mine.keys[:, :, :n_i] = theirs.keys[index, :, :n_i]
+            mine.values[:, :, :n_i] = theirs.values[index, :, :n_i]
+
+
+def _shared(text, name: str):
+    """A config value every layer shares, or None: where layers differ (Gemma 4's per-layer head sizes: transformers
+    refuses the global read) the layers that differ size their buffers from their first keys (`SlotLayer.own`)."""
+    try:
+        return getattr(text, name, None)
+    except Exception:  # noqa: BLE001 (transformers' AmbiguousGlobalPerLayerAttributeError, an AttributeError or not)
+        return None
 
 
 def check_static(facts, slots: int) -> None:
     """Raise ValueError where the static cache cannot hold the attention of the model (its `ModelFacts`) exactly."""
-    window = facts.window
-    if window is not None and window < slots:
-        raise ValueError(f"cache_implementation='static' needs full attention; {facts.name} attends to a "
-                         f"sliding window of {window} tokens, less than the {slots} this call may hold: leave "
-                         f"cache_implementation unset")
     if facts.encoder_decoder:
         raise ValueError("cache_implementation='static' needs a decoder-only model; leave cache_implementation unset "
                          f"for {facts.name}")

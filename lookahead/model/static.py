@@ -31,13 +31,15 @@ import torch
 from ..verify.rules import argmax, argmax_rows
 from . import _kernels as K
 from .facts import ModelFacts
+from .layers import SLIDING, LayerKinds, check_windows_in_masks
 from .slot_cache import SlotCache, check_static
 
 logger = logging.getLogger(__name__)
 WIDTHS = (1, 2, 4, 8, 16, 32, 64)  # query widths a step is padded to (one CUDA graph each); 64 at most: a query's
 # ancestry is the bits of one int64, so a step verifies at most 63 draft tokens or nodes per row
 COMPILED_WIDTHS = (1, 4, 16, 64)  # fewer for a compiled step: each width costs a compilation (~15 s on an H100)
-TESTED = ("llama", "gpt2", "qwen2", "mistral", "gpt_neox", "phi3", "gemma")  # model types tested on the static path
+TESTED = ("llama", "gpt2", "qwen2", "qwen3", "mistral", "gpt_neox", "phi3", "gemma", "gemma2", "gemma3_text",
+          "gpt_oss", "cohere2", "olmo3", "ministral", "starcoder2")  # model types tested on the static path
 MAX_STATES = 4  # caches (with their graphs) kept per model; the least recently used goes first
 _BIT = (np.uint64(1) << np.arange(64, dtype=np.uint64)).view(np.int64)  # query q sees itself
 RECOMPILE_LIMIT = 64  # compiled step specialisations per process: widths x cache lengths x (one row, more)
@@ -52,8 +54,12 @@ class _State:
     def __init__(self, model, facts: ModelFacts, batch: int, slots: int, compile_config=None):
         device = facts.device
         self.key = _key(facts, batch, compile_config)
-        self.cache = SlotCache(model.config, batch, slots, facts.dtype, device)
+        kinds = LayerKinds.of(model.config)
+        self.ring = _ring(kinds, slots)  # a sliding layer's slots (None: every layer keeps the whole call)
+        rings = {i: self.ring for i, kind in enumerate(kinds.per_layer) if kind == SLIDING} if self.ring else {}
+        self.cache = SlotCache(model.config, batch, slots, facts.dtype, device, rings)
         self.kv, self.dtype = facts.kv, facts.dtype  # the keyword the model's forward takes the cache by
+        self.kinds = kinds  # windowed layers get masks of their own, by position
         self.prompt_valid = torch.zeros((batch, slots), dtype=torch.bool, device=device)
         self.start = torch.zeros((), dtype=torch.long, device=device)  # first slot after the prompts
         self.inputs, self.outputs, self.graphs = {}, {}, {}  # outputs: width -> (logits, argmax) of its graph
@@ -121,7 +127,14 @@ def _step(model, state: _State, inputs: torch.Tensor) -> tuple:
     sees = anc.gather(2, offset.clamp(0, width - 1).expand(-1, width, -1))  # [b, Q, S]
     allowed = committed[:, None, :] & ~in_step | in_step & sees
     state.cache.writes = write[:, None] + torch.arange(width, device=inputs.device)[None, :]
-    logits = model(input_ids=tokens, attention_mask=_additive(allowed, state.dtype), position_ids=positions,
+    mask = _additive(allowed, state.dtype)
+    if state.kinds.windowed:  # a row's slots hold consecutive positions (its prompt left-padded, then what it
+        # committed), the step's columns their nodes' own
+        key_pos = torch.where(in_step[:, 0], positions.gather(1, offset[:, 0].clamp(0, width - 1)),
+                              s[None, :] - (write - positions[:, 0])[:, None])
+        views = {SLIDING: _ring_view(allowed, key_pos, write + width, state.ring)} if state.ring else None
+        mask = state.kinds.masks(allowed, key_pos, positions, state.dtype, views)
+    logits = model(input_ids=tokens, attention_mask=mask, position_ids=positions,
                    **{state.kv: state.cache}, use_cache=True,
                    cache_position=torch.arange(width, device=inputs.device)).logits
     return logits, logits.argmax(-1) if state.argmax else None
@@ -131,7 +144,8 @@ class StaticCausalLM:
     """A decoder-only model over a `SlotCache`; the loop's protocol (sources, prefill, verify, commit, keep).
 
     Args:
-        model: an `AutoModelForCausalLM` without sliding-window attention.
+        model: an `AutoModelForCausalLM`; its sliding-window and chunked layers get masks of their own
+            (`layers.LayerKinds`).
         facts: its `ModelFacts`.
         input_ids, mask: [b, P] left-padded prompts and their mask.
         max_new: most new tokens per row.
@@ -154,6 +168,7 @@ class StaticCausalLM:
         self._fits = _fits(tuple(self.widths))  # the width n query tokens pad to, by n
         slots = p + max_new + self.widths[-1]
         check_static(facts, slots)
+        check_windows_in_masks(model, LayerKinds.of(model.config))
         self.model, self.facts, self.input_ids, self.mask, self.p = model, facts, input_ids, mask, p
         self.device = facts.device
         self.cuda = facts.device.type == "cuda"  # host buffers pinned: asynchronous copies to the device
@@ -189,9 +204,21 @@ class StaticCausalLM:
         allowed = (s[None, None, :] <= q) & torch.cat([valid, state.prompt_valid[:, p:]], 1)[:, None, :]
         allowed |= s[None, None, :] == q  # a padding query sees itself, so that no row is all -inf
         state.cache.writes = q.T.expand(len(valid), -1)
-        logits = self.model(input_ids=self.input_ids, attention_mask=_additive(allowed, self.facts.dtype),
-                            position_ids=prompt_positions(self.mask), **{state.kv: state.cache}, use_cache=True,
-                            cache_position=torch.arange(p, device=dev), **self.facts.last_logits_only()).logits
+        positions = prompt_positions(self.mask)
+        mask = _additive(allowed, self.facts.dtype)
+        if state.kinds.windowed:  # slot s of a row holds position s - pad; a padding slot the position its query
+            # has (1), so that it sees itself through any window
+            pad = p - self.mask.sum(-1, keepdim=True)
+            key_pos = torch.where(s[None, :] >= pad, s[None, :] - pad, 1)
+            views = {SLIDING: (allowed[:, :, :p], key_pos[:, :p])} if state.ring else None  # the prompt's own keys
+            mask = state.kinds.masks(allowed, key_pos, positions, self.facts.dtype, views)
+        state.cache.prefilling = True
+        try:
+            logits = self.model(input_ids=self.input_ids, attention_mask=mask,
+                                position_ids=positions, **{state.kv: state.cache}, use_cache=True,
+                                cache_position=torch.arange(p, device=dev), **self.facts.last_logits_only()).logits
+        finally:
+            state.cache.prefilling = False
         stats.add_forward(len(self.active))
         return logits[:, -1:]
 
@@ -281,7 +308,7 @@ class StaticCausalLM:
         old, new = self.state, _state(self.model, self.facts, size, self.slots, self.compile_config)
         index = torch.from_numpy(src).to(self.device)
         n = min(old.cache.slots, new.cache.slots)
-        new.cache.kv[:, :, :, :, :n] = old.cache.kv[:, :, index, :, :n]
+        new.cache.take_rows(old.cache, index, n)
         new.prompt_valid.zero_()
         new.prompt_valid[:, :n] = old.prompt_valid[index, :n]
         new.start.copy_(old.start)
@@ -445,8 +472,8 @@ def static_mode(facts: ModelFacts, config) -> tuple | None:
       transformers' `CompileConfig()`, as transformers compiles a static cache) and captured as CUDA graphs; on a
       CPU it runs eagerly unless a compile_config is given. disable_compile=True: neither graphs nor compilation.
     - cache_implementation unset, on CUDA: the static cache with CUDA graphs, uncompiled (capture takes about a
-      second per width, a compilation ~15 s), for the architectures the static path is tested on (`TESTED`) when
-      they attend to every position and sit on one device; others keep the dynamic cache.
+      second per width, a compilation ~15 s), for the architectures the static path is tested on (`TESTED`, with
+      sliding-window layers or not) when they sit on one device; others keep the dynamic cache.
     - anything else ("dynamic", ...): the dynamic cache.
     """
     implementation = getattr(config, "cache_implementation", None)
@@ -463,10 +490,31 @@ def static_mode(facts: ModelFacts, config) -> tuple | None:
 
             compile_config = CompileConfig()
         return (False, None) if off else (True, compile_config)
-    if implementation is None and cuda and not off and not spread and facts.window is None \
-            and facts.model_type in TESTED:
+    if implementation is None and cuda and not off and not spread and facts.model_type in TESTED:
         return True, None
     return None
+
+
+def _ring(kinds: LayerKinds, slots: int) -> int | None:
+    """The slots a sliding layer keeps: its window and the widest step (a query sees the window's last positions
+    before the step and the step's columns), rounded up to 64; None where that is no fewer than the call's."""
+    window = kinds.sizes.get(SLIDING)
+    if window is None:
+        return None
+    ring = -(-(window - 1 + WIDTHS[-1]) // 64) * 64
+    return ring if ring < slots else None
+
+
+def _ring_view(allowed: torch.Tensor, key_pos: torch.Tensor, end: torch.Tensor, ring: int) -> tuple:
+    """(allowed [b, Q, R], key positions [b, R]) over a ring of R slots from what they are over every slot: ring
+    index j holds each row's newest slot j mod R before `end` [b] (the step's end), -1 where none was written."""
+    j = torch.arange(ring, device=end.device)
+    base = end[:, None] - ring
+    slot = base + torch.remainder(j[None, :] - base, ring)  # [b, R] the slot each ring index holds
+    held = slot >= 0
+    index = slot.clamp(min=0)
+    seen = allowed.gather(2, index[:, None, :].expand(-1, allowed.shape[1], -1)) & held[:, None, :]
+    return seen, key_pos.gather(1, index)
 
 
 def _additive(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -23,5 +23,6 @@ def greedy_accept(drafts: np.ndarray, draft_lens: np.ndarray, targets: np.ndarra
 def greedy_accept_with_bonus(drafts: np.ndarray, draft_lens: np.ndarray, targets: np.ndarray) -> tuple:
     """(accepted [B], the target's token after them [B]): `greedy_accept` and the next token in one pass."""
     counts, bonus = np.empty(len(drafts), dtype=np.int64), np.empty(len(drafts), dtype=np.int64)
+    K.warm_up()
     K.greedy_chain(drafts, draft_lens, targets, counts, bonus)
     return counts, bonus

@@ -18,7 +18,6 @@ import torch
 
 from . import _kernels as K
 
-K.warm_up()
 
 
 def pack_trees(trees: list) -> tuple:
@@ -41,6 +40,7 @@ def ancestry(parents: np.ndarray) -> tuple:
     b, n = parents.shape
     seen = np.zeros((b, n + 1, n + 1), dtype=bool)  # the kernel writes columns 0..n: the root and n nodes
     depth = np.zeros((b, n + 1), dtype=np.int64)
+    K.warm_up()
     K.ancestry(np.ascontiguousarray(parents, dtype=np.int64), seen, depth)
     return seen, depth
 
@@ -67,6 +67,7 @@ def greedy_tree_accept(tokens: np.ndarray, parents: np.ndarray, sizes: np.ndarra
     """
     b, n = tokens.shape  # a path holds at most n nodes: paths [b, n]
     paths, counts, bonus = np.empty((b, n), dtype=np.int64), np.empty(b, dtype=np.int64), np.empty(b, dtype=np.int64)
+    K.warm_up()
     K.greedy_tree(tokens, parents, sizes, targets, paths, counts, bonus)
     return [row[:a] for row, a in zip(paths[:, : counts.max(initial=0)].tolist(), counts.tolist())], bonus
 

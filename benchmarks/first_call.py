@@ -1,0 +1,114 @@
+"""What a new user waits for: the first `generate` call against a warm one, on a fresh install and in a new process
+with warm caches, and the console script's --help.
+
+Each phase is a fresh Python process (this script run with ``--child``):
+
+- fresh install: an empty ``NUMBA_CACHE_DIR`` (every kernel compiles) and an empty lookahead cache
+  (``XDG_CACHE_HOME``: the measured cost curve of ``draft_cost="auto"`` is measured again);
+- warm caches: a new process over the caches the first phase left.
+
+In each, the model is loaded, then the same default call (``lookahead.generate(model, ids, max_new_tokens=N)``, the
+demo's prompt) runs twice; the first call's extra seconds over the second are what the user notices, with what the
+imports cost (``import lookahead`` and ``lookahead.demo``, which imports `generate`). --help is the best of three runs
+of ``python -m lookahead [CMD] --help``.
+
+Example::
+
+    python benchmarks/first_call.py --model smollm2 --threads 1
+    python benchmarks/first_call.py            # the bundled stories260K
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+HELP = (["--help"], ["generate", "--help"], ["bench", "--help"], ["demo", "--help"])
+
+
+def child(args) -> dict:
+    """Load the model, run the default call twice; seconds of each step."""
+    start = time.perf_counter()
+    import torch
+
+    import lookahead
+    from lookahead import demo, models
+
+    torch.set_num_threads(args.threads)
+    imported = time.perf_counter()
+    model, tok, _ = models.load(args.model)
+    ids = demo._prompt_ids(tok, "cpu")
+    loaded = time.perf_counter()
+    calls = []
+    for _ in range(2):
+        t = time.perf_counter()
+        out, stats = lookahead.generate(model, ids, lookup=args.lookup, max_new_tokens=args.max_new_tokens,
+                                        return_stats=True)
+        calls.append(time.perf_counter() - t)
+    return {"import": imported - start, "load": loaded - imported, "first": calls[0], "second": calls[1],
+            "new_tokens": int(out.shape[1] - ids.shape[1]), "tokens_per_forward": stats.tokens_per_forward}
+
+
+def run_child(args, env: dict) -> dict:
+    command = [sys.executable, __file__, "--child", "--model", args.model, "--threads", str(args.threads),
+               "--lookup", args.lookup, "--max-new-tokens", str(args.max_new_tokens)]
+    start = time.perf_counter()
+    done = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        sys.exit(f"child failed:\n{done.stderr}")
+    result = json.loads(done.stdout.splitlines()[-1])
+    result["process"] = time.perf_counter() - start
+    return result
+
+
+def help_seconds(argv: list) -> float:
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "lookahead", *argv], cwd=ROOT, capture_output=True, check=True)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default=None, help="smollm2, a folder, ... (default: the bundled stories260K)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    parser.add_argument("--lookup", default="ngram", help="(default ngram, generate's default)")
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--no-help", action="store_true", help="skip the --help timings")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(child(args)))
+        return
+    if args.model is None:
+        from lookahead.models import default_model_path
+
+        args.model = default_model_path()
+    with tempfile.TemporaryDirectory() as fresh:
+        env = {**os.environ, "NUMBA_CACHE_DIR": f"{fresh}/numba", "XDG_CACHE_HOME": f"{fresh}/xdg",
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+        phases = {"fresh install": run_child(args, env), "warm caches": run_child(args, env)}
+    print(f"model {Path(args.model).name}, lookup={args.lookup}, {args.max_new_tokens} new tokens, "
+          f"{args.threads} torch thread(s); load {os.getloadavg()[0]:.2f}\n")
+    print("| process | import s | model load s | first call s | second call s | first - second s | start to first "
+          "call's end s |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for name, r in phases.items():
+        print(f"| {name} | {r['import']:.1f} | {r['load']:.1f} | {r['first']:.2f} | {r['second']:.2f} | "
+              f"{r['first'] - r['second']:.2f} | {r['import'] + r['load'] + r['first']:.1f} |")
+    if not args.no_help:
+        print("\n| command | seconds (best of 3) |\n| --- | ---: |")
+        for argv in HELP:
+            print(f"| `lookahead {' '.join(argv)}` | {help_seconds(argv):.2f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,151 @@
+"""Every decoder-only architecture the installed transformers has (found from its auto mappings, `tests/families.py`),
+as a tiny random model, through six everyday calls: each equals `model.generate(do_sample=False)` token for token,
+or is refused before any forward with the message its layers' kind calls for (`families.REFUSALS`); the few cells
+that fail for a reason still open are named in `families.KNOWN_FAILURES` (xfail, not strict). `python
+tests/families.py` prints the table."""
+import functools
+import re
+
+import pytest
+
+import families as F
+
+CASES = [(name, call) for name, _, _ in F.families() for call in F.CALLS]
+
+
+@functools.lru_cache(maxsize=None)
+def _model(name: str):
+    """The family's tiny model, built once per test session; skips the family with its reason where it has no tiny
+    decoder-only model."""
+    model_type = dict((n, t) for n, t, _ in F.families())[name]
+    why = F.static_skip(model_type)
+    if why:
+        return why
+    try:
+        return F.tiny_model(name)
+    except Exception as error:  # noqa: BLE001 (the reason the family is skipped)
+        return f"cannot be built tiny offline: {type(error).__name__}: {str(error).splitlines()[0][:120]}"
+
+
+@pytest.mark.parametrize("name,call", CASES, ids=[f"{n}-{c}" for n, c in CASES])
+def test_a_call_equals_generate_or_is_refused_for_its_layers(name, call, request):
+    """The call gives model.generate's greedy tokens (sampling with top_k=1 too), or raises the ValueError its
+    model's layers call for before any forward; never a crash from inside transformers, never other tokens."""
+    model = _model(name)
+    if isinstance(model, str):
+        pytest.skip(model)
+    try:
+        F.reference(model, F.prompt())
+    except Exception as error:  # noqa: BLE001
+        pytest.skip(f"transformers' own generate fails on the tiny config: {type(error).__name__}: {error}")
+    want, detail = F.expected(model, call, name)
+    if want == "xfail":
+        request.applymarker(pytest.mark.xfail(strict=False, reason=detail))
+    kind, message = F.outcome(model, call)
+    if want == "refused":
+        assert kind == "refused", f"expected a refusal matching {detail!r}, got {kind}: {message}"
+        assert re.search(detail, message), message
+    else:
+        assert (kind, message) == ("equal", "")
+
+
+def _config(model_type: str, **extra):
+    return F.tiny_config(model_type, extra)
+
+
+@pytest.mark.parametrize("model_type, extra, kinds", [
+    ("llama", {}, [("full_attention", None)] * 2),
+    ("qwen2", {"use_sliding_window": False}, [("full_attention", None)] * 2),  # a `sliding_window` field not in force
+    ("qwen2", {"use_sliding_window": True, "max_window_layers": 1},
+     [("full_attention", None), ("sliding_attention", 16)]),
+    ("qwen2_moe", {}, [("full_attention", None)] * 2),
+    ("mistral", {}, [("sliding_attention", 16)] * 2),
+    ("mistral", {"sliding_window": None}, [("full_attention", None)] * 2),
+    ("gemma2", {}, [("sliding_attention", 16), ("full_attention", None)]),
+    ("llama4_text", {}, [("chunked_attention", 16), ("full_attention", None)]),
+    ("gpt_neo", {}, [("full_attention", None), ("sliding_attention", 16)]),  # local: not in transformers' types
+    ("qwen3_next", {}, [("recurrent", None), ("full_attention", None)]),
+    ("mamba", {}, [("recurrent", None)] * 2),
+])
+def test_layer_kinds_are_what_the_layers_run(model_type, extra, kinds):
+    """`layer_kinds` gives each decoder layer's kind and window as the model runs it, not as a config field reads."""
+    from transformers import AutoModelForCausalLM
+
+    from lookahead.model.layers import layer_kinds
+
+    if model_type not in F.causal_types():
+        pytest.skip(f"transformers has no {model_type}")
+    model = AutoModelForCausalLM.from_config(_config(model_type, **extra))
+    assert [(layer.kind, layer.window) for layer in layer_kinds(model)] == kinds
+
+
+def test_a_window_that_is_not_in_force_does_not_refuse_the_static_cache():
+    """Qwen2-MoE with `use_sliding_window=False` (its `sliding_window` field set) runs the static cache, equal to
+    greedy (it was refused: "a sliding window of 0 tokens")."""
+    import lookahead
+
+    model = F.tiny_model("qwen2_moe")
+    ids = F.prompt()
+    out = lookahead.generate(model, ids, cache_implementation="static", max_new_tokens=F.NEW, min_new_tokens=F.NEW)
+    assert torch_equal(out[0, ids.shape[1]:], F.reference(model, ids))
+
+
+def test_a_position_limit_named_max_seq_len_bounds_calls_and_the_cost_measurement():
+    """MPT's limit is `max_seq_len`: a call past it is refused before any forward, and the draft-cost measurement
+    (a context plus a draft) stays inside it, so the default call at a 512-position limit runs."""
+    import lookahead
+    from lookahead.decode.calibrate import measure_draft_cost
+    from lookahead.model.facts import position_limit
+
+    model = F.tiny_model("mpt")
+    assert position_limit(model.config) == F.POSITIONS
+    assert len(measure_draft_cost(model, max_tokens=32).costs) == 33
+    with pytest.raises(ValueError, match="exceeds the model's position limit of 512"):
+        lookahead.generate(model, F.prompt(), max_new_tokens=F.POSITIONS)
+
+
+def torch_equal(a, b) -> bool:
+    import torch
+
+    return torch.equal(a, b)
+
+
+def test_the_static_cache_holds_latent_attention_layers_through_compaction():
+    """DeepSeek-V2's layers cache keys and values of other sizes than `head_dim` (multi-head latent attention): the
+    static cache sizes them from their first keys and values, and keeps them when a finished row is compacted away;
+    each row equals model.generate on its own prompt."""
+    import lookahead
+    from lookahead.model import static
+
+    if "deepseek_v2" not in F.causal_types():
+        pytest.skip("transformers has no deepseek_v2")
+    model = F.tiny_model("deepseek_v2")
+    ids, mask = F.padded_batch()
+    short = F.reference(model, ids[1:2, 10:])
+    eos = next(int(t) for t in short[3:] if int(t) not in F.reference(model, ids[0:1]).tolist())
+    model.generation_config.eos_token_id = eos  # the short row ends early: the batch compacts to one row
+    out = lookahead.generate(model, ids, attention_mask=mask, cache_implementation="static", max_new_tokens=F.NEW)
+    for i, row in enumerate([ids[0:1], ids[1:2, 10:]]):
+        want = model.generate(row, do_sample=False, max_new_tokens=F.NEW)[0, row.shape[1]:]
+        assert out[i, ids.shape[1]:ids.shape[1] + len(want)].tolist() == want.tolist()
+    assert [state.cache.own for state in static._STATES[model]] == [{0, 1}, {0, 1}]  # both batch sizes
+
+
+@pytest.mark.parametrize("name, message", [("mamba", "is a state-space model"),
+                                           ("qwen3_next", r"has recurrent layers \(1 of 2: linear_attention\)")])
+def test_recurrent_models_are_refused_through_custom_generate_too(name, message):
+    """Where transformers calls lookahead's loop itself (`custom_generate`), a state-space or hybrid model is refused
+    before any forward, not with an error from its cache."""
+    import lookahead
+
+    if name not in F.causal_types():
+        pytest.skip(f"transformers has no {name}")
+    model = F.tiny_model(name)
+    calls = []
+    hook = model.register_forward_pre_hook(lambda *_: calls.append(1))
+    try:
+        with pytest.raises(ValueError, match=message):
+            model.generate(F.prompt(), custom_generate=lookahead.custom_generate, max_new_tokens=5)
+    finally:
+        hook.remove()
+    assert not calls

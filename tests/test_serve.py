@@ -9,7 +9,9 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
 import pytest
+import torch
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
@@ -335,3 +337,39 @@ def test_a_row_that_fails_its_prefill_ends_alone_and_the_loop_goes_on(reference)
     assert engine.error is None
     for r, prompt in ((first, PROMPTS[0]), (after, PROMPTS[2])):
         assert r.text.text == greedy(reference, prompt_ids(reference, prompt), 40)
+
+
+@pytest.mark.parametrize("layer_types", [None, ["sliding_attention", "full_attention"]])
+def test_windowed_models_batch_each_request_equal_to_greedy(layer_types):
+    """A model whose layers attend to a 16-token window (Mistral-shaped: every layer; Gemma-3-shaped: mixed) is
+    served too: three requests joining one batch a step apart each decode to `model.generate`'s tokens."""
+    import transformers as T
+
+    from lookahead.serve.engine import Engine
+    from lookahead.serve.row import Drafting, Row, Sampling
+
+    tok = models.load(models.default_model_path())[1]
+    small = dict(vocab_size=512, bos_token_id=1, eos_token_id=None, pad_token_id=0, hidden_size=32,
+                 intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                 max_position_embeddings=1024, initializer_range=0.3, sliding_window=16)
+    config = T.MistralConfig(**small) if layer_types is None else T.Gemma3TextConfig(layer_types=layer_types, **small)
+    torch.manual_seed(0)
+    model = T.AutoModelForCausalLM.from_config(config).eval()
+    g = torch.Generator().manual_seed(3)
+    prompts = []
+    for k in range(3):
+        span = torch.randint(3, 500, (20 + 7 * k,), generator=g)
+        prompts.append(torch.cat([span, torch.randint(3, 500, (15,), generator=g), span, span[:8]]).numpy())
+    want = [model.generate(torch.as_tensor(p)[None], do_sample=False, max_new_tokens=48, pad_token_id=0)[0, len(p):]
+            .tolist() for p in prompts]
+    engine, done, rows = Engine(model).start(), {}, []
+    try:
+        for k, prompt in enumerate(prompts):
+            rows.append(Row(prompt.astype(np.int64), 48, (), Sampling(0.0), Drafting(), tok,
+                            emit=lambda event, k=k: event[0] == "done" and done.setdefault(k, event[1])))
+            engine.submit(rows[-1])
+            time.sleep(0.05)
+        assert _wait_for(lambda: len(done) == 3, 120)
+    finally:
+        engine.stop()
+    assert engine.error is None and [row.out for row in rows] == want

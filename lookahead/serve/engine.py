@@ -26,6 +26,7 @@ from ..decode.policy import CostCurve
 from ..decode.settings import DRAFT_TOKENS, GenerationStats, make_settings
 from ..model.attention import packed_attention
 from ..model.facts import ModelFacts
+from ..model.layers import CHUNKED, FULL, NONE, SLIDING, LayerKinds
 from ..model.linear import packed_linears
 from ..verify.batch import DraftBatch, Verdict
 from ..verify.greedy import greedy_accept_with_bonus
@@ -37,22 +38,21 @@ logger = logging.getLogger("lookahead.serve")
 
 
 def check_servable(model) -> ModelFacts:
-    """The model's facts, or ValueError when the engine cannot batch it (it needs full-attention decoder layers).
+    """The model's facts, or ValueError when the engine cannot batch it: its layers must attend to full or
+    windowed spans of a KV cache (sliding windows and chunks get masks by position, as in `generate`), and cut
+    their windows by position, not by cache slot.
 
     Raises:
-        ValueError: an encoder-decoder, or sliding-window or recurrent layers, named.
+        ValueError: an encoder-decoder, or layers of another kind (recurrent, GPT-Neo's slot windows, ...), named.
     """
     facts = ModelFacts.of(model)
     if facts.encoder_decoder:
         raise ValueError(f"lookahead serve runs decoder-only models; {facts.name} is an encoder-decoder")
-    if facts.window is not None:
-        raise ValueError(f"lookahead serve batches full-attention models only; {facts.name} has a sliding window of "
-                         f"{facts.window} tokens")
-    text = model.config.get_text_config(decoder=True)
-    kinds = set(getattr(text, "layer_types", None) or ["full_attention"])
-    if kinds - {"full_attention"}:
-        raise ValueError(f"lookahead serve batches full-attention models only; {facts.name} has "
-                         f"{', '.join(sorted(kinds - {'full_attention'}))} layers")
+    other = sorted({layer.name for layer in facts.layers if layer.kind not in (FULL, SLIDING, CHUNKED, NONE)})
+    if other or LayerKinds.of(model.config).by_slot is not None or facts.alibi:
+        what = ", ".join(other) or ("ALiBi biases" if facts.alibi else "local (slot-windowed)")
+        raise ValueError(f"lookahead serve batches full-attention, sliding-window and chunked layers only; "
+                         f"{facts.name} has {what} layers")
     return facts
 
 

@@ -125,20 +125,3 @@ def commit_slots(slots, start, width, counts, pos):
         pos[i] += counts[i] + 1
     return width
 
-
-def warm_up() -> None:
-    """Compile (or load from cache) the kernels on a non-empty input."""
-    parents = np.array([[-1, 0, -1]], dtype=np.int64)
-    tokens = np.array([[5, 6, 7]], dtype=np.int64)
-    one = np.zeros(1, dtype=np.int64)
-    advance(np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64), one)
-    slots, pos = np.zeros((1, 8), dtype=np.int64), np.zeros(1, dtype=np.int64)
-    for drafts in tokens, np.zeros((1, 5), dtype=np.int64)[:, :3]:  # a batch's own array, or a view of a buffer
-        chain_inputs(one, drafts, np.array([3], dtype=np.int64), pos, np.zeros((2, 1, 4), dtype=np.int64), slots, 2)
-    commit_slots(slots, 2, 0, one, pos)
-    for p in parents, np.full((1, 5), -1, dtype=np.int64)[:, :3]:  # a batch's own array, or a view of a buffer
-        tree_inputs(one, tokens, p, pos, slots, 2, -1.0, np.zeros((2, 1, 4), dtype=np.int64),
-                    np.zeros((1, 1, 4, 6), dtype=np.float32))
-    cols = np.zeros((2, 3), dtype=np.int64)
-    for c in cols, cols[:, :2]:  # the paths' columns, or a view of the first ones of a buffer (the fused step's)
-        pack_moves(np.zeros(2, dtype=np.int64), np.arange(2), c, np.zeros((2, 2, c.shape[1]), dtype=np.int64))

@@ -72,10 +72,10 @@ class LayerKinds:
         masks = {}
         for kind, size in self.sizes.items():
             seen, pos = views.get(kind, (allowed, key_pos))
-            masks[kind] = _additive(seen & _sees(kind, size, pos, query_pos), dtype)
+            masks[kind] = additive(seen & _sees(kind, size, pos, query_pos), dtype)
         if not self.mixed:
             return next(iter(masks.values()))
-        masks[FULL] = _additive(allowed, dtype)
+        masks[FULL] = additive(allowed, dtype)
         return masks
 
 
@@ -128,7 +128,7 @@ def _sees(kind: str, size: int, key_pos: torch.Tensor, query_pos: torch.Tensor) 
     return torch.div(q, size, rounding_mode="floor") == torch.div(k, size, rounding_mode="floor")
 
 
-def _additive(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+def additive(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """[b, Q, K] bool -> the additive 4D mask [b, 1, Q, K] attention layers take."""
     return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill_(
         ~allowed, torch.finfo(dtype).min)[:, None]

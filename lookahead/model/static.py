@@ -31,7 +31,7 @@ import torch
 from ..verify.rules import argmax, argmax_rows
 from . import _kernels as K
 from .facts import ModelFacts
-from .layers import SLIDING, LayerKinds, check_windows_in_masks
+from .layers import SLIDING, LayerKinds, additive, check_windows_in_masks
 from .slot_cache import SlotCache, check_static
 
 logger = logging.getLogger(__name__)
@@ -127,13 +127,14 @@ def _step(model, state: _State, inputs: torch.Tensor) -> tuple:
     sees = anc.gather(2, offset.clamp(0, width - 1).expand(-1, width, -1))  # [b, Q, S]
     allowed = committed[:, None, :] & ~in_step | in_step & sees
     state.cache.writes = write[:, None] + torch.arange(width, device=inputs.device)[None, :]
-    mask = _additive(allowed, state.dtype)
     if state.kinds.windowed:  # a row's slots hold consecutive positions (its prompt left-padded, then what it
         # committed), the step's columns their nodes' own
         key_pos = torch.where(in_step[:, 0], positions.gather(1, offset[:, 0].clamp(0, width - 1)),
                               s[None, :] - (write - positions[:, 0])[:, None])
         views = {SLIDING: _ring_view(allowed, key_pos, write + width, state.ring)} if state.ring else None
         mask = state.kinds.masks(allowed, key_pos, positions, state.dtype, views)
+    else:
+        mask = additive(allowed, state.dtype)
     logits = model(input_ids=tokens, attention_mask=mask, position_ids=positions,
                    **{state.kv: state.cache}, use_cache=True,
                    cache_position=torch.arange(width, device=inputs.device)).logits
@@ -205,13 +206,14 @@ class StaticCausalLM:
         allowed |= s[None, None, :] == q  # a padding query sees itself, so that no row is all -inf
         state.cache.writes = q.T.expand(len(valid), -1)
         positions = prompt_positions(self.mask)
-        mask = _additive(allowed, self.facts.dtype)
         if state.kinds.windowed:  # slot s of a row holds position s - pad; a padding slot the position its query
             # has (1), so that it sees itself through any window
             pad = p - self.mask.sum(-1, keepdim=True)
             key_pos = torch.where(s[None, :] >= pad, s[None, :] - pad, 1)
             views = {SLIDING: (allowed[:, :, :p], key_pos[:, :p])} if state.ring else None  # the prompt's own keys
             mask = state.kinds.masks(allowed, key_pos, positions, self.facts.dtype, views)
+        else:
+            mask = additive(allowed, self.facts.dtype)
         state.cache.prefilling = True
         try:
             logits = self.model(input_ids=self.input_ids, attention_mask=mask,
@@ -516,9 +518,4 @@ def _ring_view(allowed: torch.Tensor, key_pos: torch.Tensor, end: torch.Tensor, 
     seen = allowed.gather(2, index[:, None, :].expand(-1, allowed.shape[1], -1)) & held[:, None, :]
     return seen, key_pos.gather(1, index)
 
-
-def _additive(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """[b, Q, S] bool -> the additive 4D mask [b, 1, Q, S] attention layers take."""
-    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill_(
-        ~allowed, torch.finfo(dtype).min)[:, None]
 

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from . import _validate as V
+from ._jit import kind_of, tier
 from .decode.calibrate import budget, draft_cost
 from .decode.loop import Rows, assemble, make_run, run_loop, token_ids
 from .decode.policy import CostCurve
@@ -171,14 +172,19 @@ def decode(model, input_ids, logits_processor, stopping_criteria, generation_con
         LongTensor [B, L + new], or an output object (`lookahead.decode.outputs`) with return_dict_in_generate.
     """
     linears = contextlib.nullcontext() if compiles_on_cpu(generation_config) else packed_linears(model)
-    with packed_attention(model), linears:  # without copying the cache per head, nor the weights per forward
-        return _decode(model, input_ids, logits_processor, stopping_criteria, generation_config, lookahead,
+    settings = lookahead if lookahead is not None else make_settings()
+    kind = kind_of(settings.lookup, settings.draft, input_ids.shape[0],
+                   getattr(generation_config, "cache_implementation", None) == "static",
+                   bool(generation_config.do_sample))
+    # without copying the cache per head, nor the weights per forward; the kernels compiled, or their Python twins
+    # while numba compiles them in the background (`lookahead._jit`)
+    with packed_attention(model), linears, tier(kind):
+        return _decode(model, input_ids, logits_processor, stopping_criteria, generation_config, settings,
                        inputs_tensor, **model_kwargs)
 
 
-def _decode(model, input_ids, logits_processor, stopping_criteria, generation_config, lookahead, inputs_tensor,
+def _decode(model, input_ids, logits_processor, stopping_criteria, generation_config, settings, inputs_tensor,
             **model_kwargs):
-    settings = lookahead if lookahead is not None else make_settings()
     facts = ModelFacts.of(model)  # what the target, the policies and the checks need to know of the model
     V.check_layers(facts)  # first: a state-space model's cache cannot even say its length
     check_supported(generation_config, model_kwargs)

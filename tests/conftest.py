@@ -27,6 +27,16 @@ def _own_cache_folder(tmp_path_factory):
         yield
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _compiled_kernels():
+    """The suite runs numba's kernels (compiling what is not cached), as before the Python twins: `tests/test_jit.py`
+    compares the tiers and runs what a fresh install's first call does."""
+    from lookahead import _jit
+
+    with _jit.compiled():
+        yield
+
+
 @pytest.fixture(scope="session")
 def stories_model():
     """The real pretrained 260K-parameter Llama from ../shared/models, or skip when it is absent."""

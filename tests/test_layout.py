@@ -6,14 +6,15 @@ PACKAGE = Path(__file__).resolve().parents[1] / "lookahead"
 
 # room -> the rooms it may import (docs/architecture.md, "Rooms")
 ALLOWED = {
-    "_checks": set(), "_lazy": set(), "_store": set(), "arguments": set(), "models": set(), "threads": set(),
-    "demo_article": set(),
-    "index": {"_checks"},
-    "verify": {"index"},
-    "model": {"_checks", "_store", "verify"},
-    "decode": {"_checks", "_store", "index", "verify", "model"},
+    "_checks": set(), "_lazy": set(), "_store": set(), "_jit": set(), "arguments": set(), "models": set(),
+    "threads": set(), "demo_article": set(),
+    "index": {"_checks", "_jit"},
+    "verify": {"index", "_jit"},
+    "model": {"_checks", "_store", "_jit", "verify"},
+    "decode": {"_checks", "_store", "_jit", "index", "verify", "model"},
     "_validate": {"_checks", "model"},
-    "generate": {"_checks", "_validate", "index", "verify", "model", "decode"},
+    "generate": {"_checks", "_jit", "_validate", "index", "verify", "model", "decode"},
+    "_warm": {"_jit", "generate", "models"},
     "plugin": {"generate", "decode"},
     "demo": {"generate", "models", "threads", "demo_article"},
     "job": {"_checks", "_lazy", "arguments", "generate", "index", "models", "threads"},

@@ -18,8 +18,8 @@ import functools
 import numpy as np
 from numba import typed
 
-from . import _fused_kernels as K
-from . import _fused_recycle as KR
+from .._jit import interpreted, tiered
+from . import _fused_kernels, _fused_recycle
 from . import _fused_warmup as W
 from ..index.ngram import NgramIndex
 from ..index.recycle import RecycleIndex
@@ -27,6 +27,7 @@ from ..index.suffix import SuffixIndex
 from ..model import CausalLM, StaticCausalLM
 from ..verify.batch import DraftBatch, Verdict, _chain_parents
 from .policy import _BUCKETS
+K, KR = tiered(_fused_kernels), tiered(_fused_recycle)
 
 
 def fused(target, rows, run, max_new: int, clock):
@@ -60,7 +61,9 @@ class _Fused:
     warm_up = staticmethod(lambda many: None)  # compiles the kernels once per process: one row's, then several's
 
     def __init__(self, target, run, max_new: int, clock, indexes: list):
-        self.warm_up(len(indexes) > 1)
+        self.lists = list if interpreted() else typed.List  # the Python twins take plain lists (`lookahead._jit`)
+        if self.lists is typed.List:
+            self.warm_up(len(indexes) > 1)
         self.target, self.run, self.max_new, self.clock = target, run, max_new, clock
         self.budget = run.sizing.max_nodes if not run.sizing.chain else run.sizing.length.max_tokens
         self.eos = np.array(sorted(run.stopper.eos), dtype=np.int64)
@@ -149,7 +152,7 @@ class _Fused:
         if len(indexes) == 1:
             return tuple((item,) for item in self._items(indexes[0]))
         if self._held is None:
-            self._held = rows.ids, tuple(typed.List(items) for items in zip(*map(self._items, indexes)))
+            self._held = rows.ids, tuple(self.lists(items) for items in zip(*map(self._items, indexes)))
         held, lists = self._held
         if held != rows.ids:
             running = set(rows.ids)

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _policy_kernels as K
+from .._jit import tiered
+from . import _policy_kernels
 from ..index.draft import Draft
 from .policy import DraftLength, TreeCalibration, as_cost, step_cost, step_costs
+K = tiered(_policy_kernels)
 
 
 def make_sizing(draft: str, num_draft_tokens: int, max_draft_nodes: int, cost):

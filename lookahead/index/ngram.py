@@ -6,8 +6,10 @@ import functools
 import numpy as np
 
 from .._checks import check_int
-from . import _kernels as K
+from .._jit import interpreted, tiered
+from . import _kernels
 from ._tokens import as_token_array, draft_budget, grown, range_error, table_size as _table_size
+K = tiered(_kernels)
 
 _MIN_CAPACITY = 1024
 # Longest n-gram indexed. A match longer than this is still followed (the copy in progress goes on growing past
@@ -60,7 +62,8 @@ class NgramIndex:
         self._table = _empty_table(_table_size(_MIN_CAPACITY * 2))
         self._state = K.STATE.copy()
         self._out = np.empty(64, dtype=np.int64)
-        _warm_up()
+        if not interpreted():  # the Python twins need no compiling (`lookahead._jit`)
+            _warm_up()
 
     def __len__(self) -> int:
         return int(self._state[K.N])

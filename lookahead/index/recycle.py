@@ -21,10 +21,12 @@ from __future__ import annotations
 import numpy as np
 
 from .._checks import check_float, check_int
-from . import _recycle_kernels as K
+from .._jit import tiered
+from . import _recycle_kernels
 from ._tokens import as_token_array, draft_budget
 from .draft import Draft
 from .suffix import SuffixIndex
+K = tiered(_recycle_kernels)
 
 
 class Recycled:

@@ -6,11 +6,13 @@ import functools
 import numpy as np
 
 from .._checks import check_float, check_int
-from . import _suffix_build as K
+from .._jit import interpreted, tiered
+from . import _suffix_build, _suffix_draft
 from ._suffix_build import Automaton
-from ._suffix_draft import Scratch, suffix_chain, suffix_tree
+from ._suffix_draft import Scratch
 from ._tokens import as_token_array, draft_budget, grown, range_error, table_size as _table_size
 from .draft import Draft
+K, D = tiered(_suffix_build), tiered(_suffix_draft)
 
 _MIN_CAPACITY = 1024
 MAX_BRANCH = 256  # the scratch of a proposal grows with budget * max_branch
@@ -90,7 +92,8 @@ class SuffixIndex:
         self._allocate(_MIN_CAPACITY)
         self._buf = None
         self._buffers(32)
-        _warm_up()
+        if not interpreted():  # the Python twins need no compiling (`lookahead._jit`)
+            _warm_up()
 
     def __len__(self) -> int:
         return int(self._sam.meta[K.N])
@@ -153,7 +156,7 @@ class SuffixIndex:
         if type(max_tokens) is not int or max_tokens < 0 or max_tokens > self._buf.chain.shape[0]:
             max_tokens = draft_budget("max_tokens", max_tokens)
             self._buffers(max_tokens)
-        m = suffix_chain(self._arrays, self._scratch, max_tokens)
+        m = D.suffix_chain(self._arrays, self._scratch, max_tokens)
         return self._buf.chain[:m].copy()
 
     def propose_tree(self, max_nodes: int) -> Draft:
@@ -174,7 +177,7 @@ class SuffixIndex:
         if type(max_nodes) is not int or max_nodes < 0 or max_nodes > self._buf.chain.shape[0]:
             max_nodes = draft_budget("max_nodes", max_nodes)
             self._buffers(max_nodes)
-        m = suffix_tree(self._arrays, self._scratch, max_nodes)
+        m = D.suffix_tree(self._arrays, self._scratch, max_nodes)
         tree = self._buf.tree[:, :m].copy()
         return Draft(tree[0], tree[1], self._buf.probs[:m].copy(), self.match_length)
 

@@ -14,11 +14,13 @@ import torch
 from ..verify import tree as T
 from ..verify.batch import to_device
 from ..verify.rules import argmax
-from . import _kernels as K
+from .._jit import tiered
+from . import _kernels
 from .cache import keep_slots, new_cache, rollback, select_rows
 from .facts import ModelFacts
 from .layers import LayerKinds
 from .static import prompt_positions, prompt_sources
+K = tiered(_kernels)
 
 # No warm-up at import: each kernel compiles (or loads from numba's cache) on first use, with the types it gets.
 

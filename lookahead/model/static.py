@@ -29,10 +29,12 @@ import numpy as np
 import torch
 
 from ..verify.rules import argmax, argmax_rows
-from . import _kernels as K
+from .._jit import tiered
+from . import _kernels
 from .facts import ModelFacts
 from .layers import SLIDING, LayerKinds, additive, check_windows_in_masks
 from .slot_cache import SlotCache, check_static
+K = tiered(_kernels)
 
 logger = logging.getLogger(__name__)
 WIDTHS = (1, 2, 4, 8, 16, 32, 64)  # query widths a step is padded to (one CUDA graph each); 64 at most: a query's

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _kernels as K
+from .._jit import tiered
+from . import _kernels
+K = tiered(_kernels)
 
 
 def greedy_accept(drafts: np.ndarray, draft_lens: np.ndarray, targets: np.ndarray) -> np.ndarray:

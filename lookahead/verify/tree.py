@@ -16,7 +16,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from . import _kernels as K
+from .._jit import tiered
+from . import _kernels
+K = tiered(_kernels)
 
 
 

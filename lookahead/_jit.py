@@ -1,0 +1,224 @@
+"""Two tiers for lookahead's numba kernels, so that a fresh install's first call does not wait for the compiler.
+
+Compiling the kernels a default call needs takes numba 10-20 s on a 2-core CPU, once per machine (then they load
+from numba's cache in well under a second). Every kernel is plain Python that numba compiles, so until numba's cache
+holds them a call runs their Python source as it is (a *twin*: the same function over the same arrays; the drafts,
+the accepted tokens and the output are the same, only the host's part of a step is slower), while a background
+process compiles them at low priority on the CPU the call leaves free (`python -m lookahead._warm`). When it has
+compiled the kernels of a kind of call it writes their kind into a marker file beside numba's cache, and the next
+call of that kind in any process runs compiled. Deleting numba's cache (or a new `NUMBA_CACHE_DIR`, a changed kernel
+file, another numba) leaves no marker, so the tiers always follow the cache.
+
+Callers read kernels through `tiered(module)` (``K = tiered(_kernels)``, then ``K.step(...)``); `tier(kind)` wraps a
+call and decides for everything inside it. Outside a call, and in processes that asked for it (`compiled`), the
+kernels are numba's.
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import functools
+import hashlib
+import json
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import types
+from pathlib import Path
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+# the kinds of call the background process compiles, most common first: (lookup, draft, rows, cache, decoding)
+KINDS = (("ngram", "chain", 1, "dynamic", "greedy"), ("ngram", "chain", 2, "dynamic", "greedy"),
+         ("suffix", "tree", 1, "dynamic", "greedy"), ("suffix", "chain", 1, "dynamic", "greedy"),
+         ("suffix", "tree", 2, "dynamic", "greedy"), ("suffix+recycle", "tree", 1, "dynamic", "greedy"),
+         ("recycle", "tree", 1, "dynamic", "greedy"), ("ngram", "chain", 1, "dynamic", "sample"),
+         ("ngram", "chain", 1, "static", "greedy"), ("suffix", "tree", 1, "static", "greedy"))
+_TWINS: contextvars.ContextVar = contextvars.ContextVar("lookahead_twins", default=None)  # None: numba's kernels
+_COMPILED: contextvars.ContextVar = contextvars.ContextVar("lookahead_compiled", default=False)
+_MODULES: dict = {}  # name -> a kernel module some caller reads through `tiered`
+_STARTED: list = []  # the background process this process started, if any
+_WANTED: list = []  # a call ran the twins because its kernels were not compiled: start the background compiler
+
+
+class tiered:
+    """A kernel module read through the tiers: ``tiered(module).name`` is numba's kernel, or its Python twin inside
+    a call that `tier` gave the twins."""
+
+    __slots__ = ("_module",)
+
+    def __init__(self, module: types.ModuleType):
+        object.__setattr__(self, "_module", module)
+        _MODULES[module.__name__] = module
+
+    def __getattr__(self, name: str):
+        twins = _TWINS.get()
+        if twins is None:
+            return getattr(self._module, name)
+        if _WANTED and not _STARTED:  # at the first kernel a call needs: after what it timed (`calibrate`)
+            _start_background()
+        return getattr(twins[self._module.__name__], name)
+
+
+def interpreted() -> bool:
+    """Whether the call running here uses the Python twins (its callers then pass plain lists, not typed ones)."""
+    return _TWINS.get() is not None
+
+
+def kind_of(lookup: str, draft: str, rows: int, static: bool, sampling: bool) -> tuple:
+    """A call's kind, as `KINDS` names them."""
+    return lookup, draft, 1 if rows == 1 else 2, "static" if static else "dynamic", "sample" if sampling else "greedy"
+
+
+@contextlib.contextmanager
+def tier(kind: tuple):
+    """Run the block with numba's kernels when its kind is compiled (in numba's cache or this process), else with
+    their Python twins, starting the background compiler if none runs. A block inside another keeps its tier."""
+    if _TWINS.get() is not None or _COMPILED.get() or kind in _ready() or not _compiling():
+        yield
+        return
+    _WANTED.append(kind)
+    token = _TWINS.set(twins())
+    try:
+        with np.errstate(over="ignore"):  # numba's integers wrap silently; numpy's say so (the hashes wrap)
+            yield
+    finally:
+        _TWINS.reset(token)
+
+
+@contextlib.contextmanager
+def compiled():
+    """Run the block with numba's kernels, compiling what is not cached (as before the tiers; the test suite, the
+    background compiler and timings that must not see the twins)."""
+    token = _COMPILED.set(True)
+    try:
+        yield
+    finally:
+        _COMPILED.reset(token)
+
+
+@contextlib.contextmanager
+def interpreted_kernels():
+    """Run the block with the Python twins whatever is compiled (tests compare the tiers with it)."""
+    token = _TWINS.set(twins())
+    try:
+        with np.errstate(over="ignore"):
+            yield
+    finally:
+        _TWINS.reset(token)
+
+
+@functools.cache
+def twins() -> dict:
+    """module name -> a namespace of the module's names, each numba kernel replaced by its Python source bound to
+    the twin namespaces (so a kernel calling another calls its twin, never the compiler); for the modules read
+    through `tiered` and every kernel module they reach."""
+    modules = _kernel_modules()
+    scopes = {name: {} for name in modules}  # each twin function's globals
+    made = {}  # id(kernel) -> its twin
+    for name, module in modules.items():
+        for value in vars(module).values():
+            if _is_kernel(value) and value.py_func.__module__ == name:
+                f = value.py_func
+                made[id(value)] = types.FunctionType(f.__code__, scopes[name], f.__name__, f.__defaults__,
+                                                     f.__closure__)
+    spaces = {name: types.SimpleNamespace() for name in modules}
+    by_module = {id(module): spaces[name] for name, module in modules.items()}
+    for name, module in modules.items():
+        scope = {k: made.get(id(v), by_module.get(id(v), v)) for k, v in vars(module).items()}
+        scope.update(_OVERRIDES.get(name, {}))
+        scopes[name].update(scope)
+        vars(spaces[name]).update(scope)
+    return spaces
+
+
+def _is_kernel(value) -> bool:
+    from numba.core.dispatcher import Dispatcher
+
+    return isinstance(value, Dispatcher)
+
+
+def _kernel_modules() -> dict:
+    """name -> module: those read through `tiered`, and every module holding kernels that one of them names (a
+    kernel module imported whole, or a kernel imported by name)."""
+    found, todo = {}, list(_MODULES.values())
+    while todo:
+        module = todo.pop()
+        if module.__name__ in found:
+            continue
+        found[module.__name__] = module
+        for value in vars(module).values():
+            if _is_kernel(value):
+                todo.append(sys.modules[value.py_func.__module__])
+            elif isinstance(value, types.ModuleType) and any(map(_is_kernel, vars(value).values())):
+                todo.append(value)
+    return found
+
+
+def _kept(items, keep):
+    """`_fused_kernels.kept` on a plain list (numba's typed list needs the compiler)."""
+    return [item for item, k in zip(items, keep) if k]
+
+
+def _nothing(*args, **kwargs) -> None:
+    """A warm-up's twin: there is nothing to compile."""
+
+
+_OVERRIDES = {"lookahead.decode._fused_kernels": {"kept": _kept},
+              "lookahead.decode._policy_kernels": {"warm_up": _nothing},
+              "lookahead.verify._kernels": {"warm_up": _nothing}}
+
+
+@functools.cache
+def marker() -> Path:
+    """The file beside numba's cache of the kernels that lists the kinds of call it holds compiled; its name hashes
+    what that cache depends on (numba, Python, the package's files: their sizes and modification times)."""
+    import numba
+
+    package = Path(__file__).resolve().parent
+    files = [[str(f.relative_to(package)), f.stat().st_size, f.stat().st_mtime_ns] for f in sorted(package.rglob("*.py"))]
+    key = json.dumps([numba.__version__, sys.version, sys.executable, files])
+    kernel = next(v for m in _kernel_modules().values() for v in vars(m).values() if _is_kernel(v))
+    return Path(kernel._cache._cache_path) / f"lookahead-kernels-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
+
+
+_KNOWN: set = set()  # kinds read from the marker (kept: a kind once compiled stays so)
+
+
+def _ready() -> set:
+    """The kinds of call whose kernels numba's cache holds, by the marker."""
+    if len(_KNOWN) < len(KINDS):
+        try:
+            _KNOWN.update(tuple(k) for k in json.loads(marker().read_text()))
+        except (OSError, ValueError, TypeError):
+            pass
+    return _KNOWN
+
+
+def _compiling() -> bool:
+    """Whether a background compiler runs or is yet to start; False where none can run (not POSIX, no process), or
+    once this process's has ended (a kind it does not compile, or a cache it could not write: the call compiles)."""
+    if not _STARTED:
+        return os.name == "posix"
+    return _STARTED[0] is not None and _STARTED[0].poll() is None
+
+
+def _start_background() -> None:
+    """Start the background compiler once per process (where another process runs one, it waits for it and then
+    finds nothing left to compile)."""
+    if _STARTED:
+        return
+    env = dict(os.environ, XDG_CACHE_HOME=tempfile.mkdtemp(prefix="lookahead-jit-"))  # its timings stay its own
+    try:
+        _STARTED.append(subprocess.Popen([sys.executable, "-m", "lookahead._warm", str(marker())], env=env,
+                                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                         stderr=subprocess.DEVNULL, start_new_session=True))
+    except OSError as error:  # no compiler in the background: the twins run until a call compiles in its process
+        _STARTED.append(None)
+        logger.info("lookahead: cannot start the kernel compiler: %s", error)
+    else:
+        logger.info("lookahead: numba is compiling the kernels in the background; calls run them as Python meanwhile")

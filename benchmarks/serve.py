@@ -31,7 +31,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
-MODES = ("lookahead", "no-prediction", "none", "transformers")
+MODES = ("lookahead", "lookahead-tree", "no-prediction", "none", "transformers", "transformers-cb")
+SERVER = {"lookahead": "lookahead", "lookahead-tree": "lookahead", "no-prediction": "lookahead", "none": "lookahead",
+          "transformers": "transformers", "transformers-cb": "transformers-cb"}  # mode -> the server it asks
 
 
 def _rows(path: Path):
@@ -94,10 +96,10 @@ def free_port() -> int:
 def start(mode: str, args, port: int) -> subprocess.Popen:
     """The server of a mode, in its own process; returns once it answers."""
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "HF_HUB_OFFLINE": "1"}
-    if mode == "transformers":
+    if mode.startswith("transformers"):
         cmd = ["transformers", "serve", str(args.hf_folder), "--device", "cpu", "--dtype", "float32", "--port",
                str(port), "--host", "127.0.0.1", "--log-level", "warning"]
-        if args.continuous_batching:
+        if args.continuous_batching or mode == "transformers-cb":
             cmd.append("--continuous-batching")
     else:
         cmd = [sys.executable, "-m", "lookahead", "serve", "--model", args.model, "--port", str(port),
@@ -125,9 +127,11 @@ def ask(client, model: str, job, mode: str, max_tokens: int, tokenizer) -> dict:
     extra = {}
     if mode == "none":
         extra["lookahead"] = {"lookup": "none"}
-    elif mode == "lookahead" and prediction is not None:
+    elif mode.startswith("lookahead") and prediction is not None:
         extra["prediction"] = {"type": "content", "content": prediction}
-    options = {"stream_options": {"include_usage": True}} if mode != "transformers" else {}
+    if mode == "lookahead-tree":  # a per-request option: suffix trees
+        extra["lookahead"] = {"lookup": "suffix", "draft": "tree"}
+    options = {"stream_options": {"include_usage": True}} if not mode.startswith("transformers") else {}
     start = time.perf_counter()
     first = last = None
     parts, usage = [], None
@@ -202,15 +206,20 @@ def main(argv=None) -> int:
     p.add_argument("--continuous-batching", action="store_true", help="transformers serve --continuous-batching")
     p.add_argument("--data", type=Path, default=DATA)
     p.add_argument("--output", type=Path, default=None, help="JSON lines of the summaries and records")
+    p.add_argument("--interleave", type=int, default=0, metavar="ROUNDS",
+                   help="at 1 client: every mode's server up at once, each prompt asked of each mode in turn, ROUNDS "
+                        "times (drift in the machine's speed falls on every mode alike)")
     args = p.parse_args(argv)
     from transformers import AutoTokenizer
 
-    if "transformers" in args.modes:
+    if any(m.startswith("transformers") for m in args.modes):
         dequantized(args.model, args.hf_folder)
     tokenizer = AutoTokenizer.from_pretrained(dequantized(args.model, args.hf_folder))
     base = jobs(args.workloads, args.per_workload, args.max_prompt, tokenizer, args.data)
     print(f"# {len(base)} prompts, {args.max_tokens} new tokens, threads {args.threads}, load "
           f"{os.getloadavg()[0]:.2f}, {platform.processor() or platform.machine()}", flush=True)
+    if args.interleave:
+        return interleaved(args, base, tokenizer)
     texts, rows = {}, []  # texts[clients][job number]: the first mode's answer
     for mode in args.modes:
         numbered = [(i, j) for i, j in enumerate(base) if mode != "no-prediction" or j[2] is not None]
@@ -219,7 +228,7 @@ def main(argv=None) -> int:
             continue
         port = free_port()
         proc = start(mode, args, port)
-        model = str(args.hf_folder) if mode == "transformers" else args.model
+        model = str(args.hf_folder) if mode.startswith("transformers") else args.model
         url = f"http://127.0.0.1:{port}"
         try:
             level(url, model, work[:1], mode, 1, 8, tokenizer)  # warm-up
@@ -245,6 +254,52 @@ def main(argv=None) -> int:
         with open(args.output, "a") as f:
             for row in rows:
                 f.write(json.dumps(row) + "\n")
+    return 0
+
+
+def interleaved(args, base: list, tokenizer) -> int:
+    """1 client, every mode's server up at once; for each round and prompt, each mode in turn. Prints each mode's
+    mean seconds per request by workload, and each mode's geometric mean speedup over the others per request."""
+    servers, procs = {}, []
+    try:
+        for server in dict.fromkeys(SERVER[m] for m in args.modes):
+            port = free_port()
+            procs.append(start(server, args, port))
+            servers[server] = f"http://127.0.0.1:{port}"
+        name = lambda mode: str(args.hf_folder) if mode.startswith("transformers") else args.model  # noqa: E731
+        for mode in args.modes:
+            level(servers[SERVER[mode]], name(mode), base[:1], mode, 1, 8, tokenizer)  # warm-up
+        records = {m: [] for m in args.modes}
+        for _ in range(args.interleave):
+            for job in base:
+                texts = set()
+                for mode in args.modes:
+                    r = level(servers[SERVER[mode]], name(mode), [job], mode, 1, args.max_tokens, tokenizer)
+                    records[mode].append(r["records"][0])
+                    texts.add(r["records"][0]["text"])
+                if len(texts) > 1:
+                    print(f"  texts differ on a {job[0]} prompt", flush=True)
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(timeout=60)
+    print(f"# interleaved, {args.interleave} rounds, load {os.getloadavg()[0]:.2f}")
+    workloads = list(dict.fromkeys(r["workload"] for r in records[args.modes[0]]))
+    for mode in args.modes:
+        mean = {w: float(np.mean([r["seconds"] for r in records[mode] if r["workload"] == w])) for w in workloads}
+        ttft = float(np.median([r["ttft"] for r in records[mode]]))
+        tpot = float(np.median([r["tpot"] for r in records[mode]]))
+        print(f"{mode}: s per request {json.dumps({w: round(v, 2) for w, v in mean.items()})}, TTFT p50 {ttft:.2f} s, "
+              f"TPOT p50 {tpot * 1000:.0f} ms", flush=True)
+    first = args.modes[0]
+    for other in args.modes[1:]:
+        ratios = {w: float(np.exp(np.mean([np.log(b["seconds"] / a["seconds"]) for a, b in
+                                           zip(records[first], records[other]) if a["workload"] == w])))
+                  for w in workloads}
+        print(f"{first} vs {other} (geometric mean per request): {json.dumps({w: round(v, 2) for w, v in ratios.items()})}")
+    if args.output is not None:
+        with open(args.output, "a") as f:
+            f.write(json.dumps({"interleaved": records}) + "\n")
     return 0
 
 

@@ -5,9 +5,10 @@ import json
 import numpy as np
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import fuzz_generate
 from lookahead import Memory, NgramIndex, SuffixIndex, _jit, generate
 from models import repeated_prompt, tiny_model
 
@@ -150,3 +151,13 @@ def test_an_uncompiled_call_runs_the_twins_while_the_background_compiles(model, 
         assert _jit._WANTED == []  # compiled now: no twins
     finally:
         _jit._COMPILED.reset(token)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(fuzz_generate.calls())
+def test_the_generate_fuzz_passes_with_the_twins(call):
+    """`fuzz_generate`'s calls (every lookup, chains and trees, budgets 1-64, batches of ragged prompts, the static
+    cache, early eos, sampling, float32 and float64) with the Python twins: greedy equals `model.generate`, and
+    numpy checks every index the twins read or write (an out-of-bounds one raises)."""
+    with _jit.interpreted_kernels():
+        fuzz_generate.test_generate_stays_in_bounds_and_equals_greedy.hypothesis.inner_test(call)

@@ -92,6 +92,48 @@ def wait_for_kernels(marker: Path, lookup: str, limit: float = 900.0) -> tuple:
     sys.exit(f"the background compiler did not list every kind in {marker} in {limit:.0f} s")
 
 
+def first_requests(args, env: dict, requests: int = 3, root: Path = ROOT) -> dict:
+    """`lookahead serve --model M` started on the caches of `env`: seconds until it answers, then of each of
+    `requests` streamed chat requests in turn (the demo's prompt: SmolLM2 summarizes its article), 64 new tokens."""
+    import httpx
+
+    from lookahead.demo import ARTICLE
+
+    port = _free_port()
+    start = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "lookahead", "serve", "--model", args.model, "--port", str(port),
+                             "--threads", str(args.threads), "--log-level", "warning"], cwd=root, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        while True:
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{url}/models", timeout=2).status_code == 200:
+                    break
+            if proc.poll() is not None or time.perf_counter() - start > 600:
+                sys.exit("the server did not start")
+            time.sleep(0.2)
+        seconds = {"start": time.perf_counter() - start, "requests": []}
+        body = {"model": args.model, "max_tokens": 64, "temperature": 0,
+                "messages": [{"role": "user", "content": f"Summarize this article.\n\n{ARTICLE}"}]}
+        for _ in range(requests):
+            t = time.perf_counter()
+            httpx.post(f"{url}/chat/completions", json=body, timeout=600).raise_for_status()
+            seconds["requests"].append(time.perf_counter() - t)
+        return seconds
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def help_seconds(argv: list) -> float:
     best = float("inf")
     for _ in range(3):
@@ -108,6 +150,10 @@ def main() -> None:
     parser.add_argument("--lookup", default="ngram", help="(default ngram, generate's default)")
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--no-help", action="store_true", help="skip the --help timings")
+    parser.add_argument("--before", default=None, help="with --serve: also a fresh install of this commit")
+    parser.add_argument("--serve", action="store_true",
+                        help="instead: `lookahead serve`'s first requests on a fresh install, and after the background "
+                             "compiler (and compiled in the request, as before the tiers)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--compiled", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -118,6 +164,8 @@ def main() -> None:
         from lookahead.models import default_model_path
 
         args.model = default_model_path()
+    if args.serve:
+        return serve_phases(args)
     phases = {}
     with tempfile.TemporaryDirectory() as fresh, tempfile.TemporaryDirectory() as before:
         env = {**os.environ, "NUMBA_CACHE_DIR": f"{fresh}/numba", "XDG_CACHE_HOME": f"{fresh}/xdg",
@@ -143,6 +191,35 @@ def main() -> None:
         print("\n| command | seconds (best of 3) |\n| --- | ---: |")
         for argv in HELP:
             print(f"| `lookahead {' '.join(argv)}` | {help_seconds(argv):.2f} |")
+
+
+def serve_phases(args) -> None:
+    """The server's first requests: on a fresh install, on the caches it left once the background compiler ended,
+    and, with --before REV, on a fresh install of the checkout REV (a commit before the tiers: the kernels compile in
+    the first request)."""
+    rows = {}
+    with tempfile.TemporaryDirectory() as fresh, tempfile.TemporaryDirectory() as before:
+        env = {**os.environ, "NUMBA_CACHE_DIR": f"{fresh}/numba", "XDG_CACHE_HOME": f"{fresh}/xdg"}
+        rows["fresh install"] = first_requests(args, {**env, "PYTHONPATH": str(ROOT)})
+        marker = next(Path(fresh, "numba").rglob("lookahead-kernels-*.json"), None)
+        if marker is not None:
+            wait_for_kernels(marker, args.lookup)
+        rows["warm caches"] = first_requests(args, {**env, "PYTHONPATH": str(ROOT)})
+        if args.before:
+            tree = Path(before) / "tree"
+            subprocess.run(["git", "worktree", "add", "--detach", str(tree), args.before], cwd=ROOT, check=True,
+                           capture_output=True)
+            try:
+                env = {**os.environ, "NUMBA_CACHE_DIR": f"{before}/numba", "XDG_CACHE_HOME": f"{before}/xdg",
+                       "PYTHONPATH": str(tree)}
+                rows[f"fresh install at {args.before}"] = first_requests(args, env, root=tree)
+            finally:
+                subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, check=False)
+    print(f"lookahead serve --model {Path(args.model).name}, {args.threads} thread(s), 64 new tokens; load "
+          f"{os.getloadavg()[0]:.2f}\n\n| process | ready after s | request 1 s | request 2 s | request 3 s |\n"
+          "| --- | ---: | ---: | ---: | ---: |")
+    for name, r in rows.items():
+        print(f"| {name} | {r['start']:.1f} | " + " | ".join(f"{x:.2f}" for x in r["requests"]) + " |")
 
 
 if __name__ == "__main__":

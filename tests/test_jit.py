@@ -161,3 +161,39 @@ def test_the_generate_fuzz_passes_with_the_twins(call):
     numpy checks every index the twins read or write (an out-of-bounds one raises)."""
     with _jit.interpreted_kernels():
         fuzz_generate.test_generate_stays_in_bounds_and_equals_greedy.hypothesis.inner_test(call)
+
+
+def test_the_server_loop_runs_the_twins_in_its_creators_tier(model):
+    """`lookahead serve`'s loop (its own thread) runs in the tier of the context that made it: with the twins, rows
+    of every kind of drafting joined into one batch still write greedy's tokens, and accept what numba's kernels
+    accept."""
+    import threading
+
+    from lookahead.serve.engine import Engine
+    from lookahead.serve.row import Drafting, Row, Sampling
+
+    class Tok:
+        def decode(self, tokens, skip_special_tokens=True):
+            return " ".join(map(str, tokens))
+
+    ids, mask = _batch(model, 3)
+    prompts = [row[m.bool()].numpy() for row, m in zip(ids, mask)]
+    want = [model.generate(torch.as_tensor(p)[None], attention_mask=torch.ones(1, len(p), dtype=torch.long),
+                           do_sample=False, max_new_tokens=30, pad_token_id=0)[0, len(p):].tolist() for p in prompts]
+    draftings = [Drafting(), Drafting(lookup="suffix", draft="tree"), Drafting(lookup="suffix")]
+    accepted = []
+    for context in (_jit.compiled(), _jit.interpreted_kernels()):
+        with context:
+            engine = Engine(model, draft_cost=(0.8, 0.08)).start()
+        done, rows = threading.Semaphore(0), []
+        try:
+            for prompt, drafting in zip(prompts, draftings):
+                rows.append(Row(prompt.astype(np.int64), 30, (), Sampling(0.0), drafting, Tok(),
+                                emit=lambda event: event[0] == "done" and done.release()))
+                engine.submit(rows[-1])
+            assert all(done.acquire(timeout=300) for _ in rows)
+        finally:
+            engine.stop()
+        assert engine.error is None and [row.out for row in rows] == want
+        accepted.append(sum(row.counters.accepted for row in rows))
+    assert accepted[0] > 0

@@ -14,6 +14,7 @@ sees its own slots only and its positions are its own. The acceptance rules are 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import logging
 import queue
 import threading
@@ -21,6 +22,7 @@ import threading
 import numpy as np
 import torch
 
+from .._jit import kind_of, tier
 from ..decode.calibrate import budget, draft_cost
 from ..decode.policy import CostCurve
 from ..decode.settings import DRAFT_TOKENS, GenerationStats, make_settings
@@ -35,6 +37,7 @@ from ..verify.tree import greedy_tree_accept
 from .batch import ServingLM
 
 logger = logging.getLogger("lookahead.serve")
+_KIND = kind_of("ngram", "chain", 1, False, False)  # the server's steps run the default call's kernels
 
 
 def check_servable(model) -> ModelFacts:
@@ -86,7 +89,8 @@ class Engine:
         self.freed = 0  # cancelled rows dropped from the batch (or never prefilled)
         self.peak = 0  # most rows a step has verified together
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="lookahead-engine", daemon=True)
+        context = contextvars.copy_context()  # the loop runs in its creator's context (the kernels' tier: `_jit`)
+        self._thread = threading.Thread(target=context.run, args=(self._run,), name="lookahead-engine", daemon=True)
         self.error: BaseException | None = None
 
     def start(self) -> "Engine":
@@ -131,10 +135,11 @@ class Engine:
         """One turn of the loop. A step that fails ends the rows of its batch with an error (their clients hear
         of it) and the loop goes on with the rows that arrive next."""
         try:
-            self._admit()
-            self._drop([row.cancelled or row.done for row in self.rows])
-            if self.rows:
-                self._step()
+            with tier(_KIND):  # numba's kernels, or their Python twins while numba compiles them (`lookahead._jit`)
+                self._admit()
+                self._drop([row.cancelled or row.done for row in self.rows])
+                if self.rows:
+                    self._step()
         except Exception:  # noqa: BLE001: one batch's failure must not stop the server
             logger.exception("lookahead serve: a step failed; its rows end with an error")
             for row in self.rows:

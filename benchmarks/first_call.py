@@ -51,7 +51,8 @@ def child(args) -> dict:
     loaded = time.perf_counter()
     calls, tiers = [], []
     for _ in range(2):
-        interpreted = not _jit._COMPILED.get() and _jit.kind_of(args.lookup, "chain", 1, False, False) not in _jit._ready()
+        kind = _jit.kind_of(args.lookup, "chain", 1, False, False)
+        interpreted = not _jit._COMPILED.get() and kind not in _jit._ready()
         t = time.perf_counter()
         with _jit.compiled() if args.compiled else contextlib.nullcontext():
             out, stats = lookahead.generate(model, ids, lookup=args.lookup, max_new_tokens=args.max_new_tokens,

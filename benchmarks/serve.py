@@ -296,7 +296,8 @@ def interleaved(args, base: list, tokenizer) -> int:
         ratios = {w: float(np.exp(np.mean([np.log(b["seconds"] / a["seconds"]) for a, b in
                                            zip(records[first], records[other]) if a["workload"] == w])))
                   for w in workloads}
-        print(f"{first} vs {other} (geometric mean per request): {json.dumps({w: round(v, 2) for w, v in ratios.items()})}")
+        rounded = {w: round(v, 2) for w, v in ratios.items()}
+        print(f"{first} vs {other} (geometric mean per request): {json.dumps(rounded)}")
     if args.output is not None:
         with open(args.output, "a") as f:
             f.write(json.dumps({"interleaved": records}) + "\n")

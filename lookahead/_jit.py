@@ -38,6 +38,7 @@ KINDS = (("ngram", "chain", 1, "dynamic", "greedy"), ("ngram", "chain", 2, "dyna
          ("suffix", "tree", 2, "dynamic", "greedy"), ("suffix+recycle", "tree", 1, "dynamic", "greedy"),
          ("recycle", "tree", 1, "dynamic", "greedy"), ("ngram", "chain", 1, "dynamic", "sample"),
          ("ngram", "chain", 1, "static", "greedy"), ("suffix", "tree", 1, "static", "greedy"))
+SCRATCH = "lookahead-jit-"  # the prefix of the background compiler's own cache folder
 _TWINS: contextvars.ContextVar = contextvars.ContextVar("lookahead_twins", default=None)  # None: numba's kernels
 _COMPILED: contextvars.ContextVar = contextvars.ContextVar("lookahead_compiled", default=False)
 _MODULES: dict = {}  # name -> a kernel module some caller reads through `tiered`
@@ -180,10 +181,11 @@ def marker() -> Path:
     import numba
 
     package = Path(__file__).resolve().parent
-    files = [[str(f.relative_to(package)), f.stat().st_size, f.stat().st_mtime_ns] for f in sorted(package.rglob("*.py"))]
-    key = json.dumps([numba.__version__, sys.version, sys.executable, files])
+    files = [[str(f.relative_to(package)), f.stat().st_size, f.stat().st_mtime_ns]
+             for f in sorted(package.rglob("*.py"))]
+    key = hashlib.sha256(json.dumps([numba.__version__, sys.version, sys.executable, files]).encode()).hexdigest()
     kernel = next(v for m in _kernel_modules().values() for v in vars(m).values() if _is_kernel(v))
-    return Path(kernel._cache._cache_path) / f"lookahead-kernels-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
+    return Path(kernel._cache._cache_path) / f"lookahead-kernels-{key[:16]}.json"
 
 
 _KNOWN: set = set()  # kinds read from the marker (kept: a kind once compiled stays so)
@@ -212,7 +214,8 @@ def _start_background() -> None:
     finds nothing left to compile)."""
     if _STARTED:
         return
-    env = dict(os.environ, XDG_CACHE_HOME=tempfile.mkdtemp(prefix="lookahead-jit-"))  # its timings stay its own
+    # its timings stay its own (a folder it removes when done)
+    env = dict(os.environ, XDG_CACHE_HOME=tempfile.mkdtemp(prefix=SCRATCH))
     try:
         _STARTED.append(subprocess.Popen([sys.executable, "-m", "lookahead._warm", str(marker())], env=env,
                                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,

@@ -7,6 +7,7 @@ import contextlib
 import fcntl
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -53,4 +54,9 @@ def _call(model, kind: tuple, g: torch.Generator) -> None:
 if __name__ == "__main__":
     with contextlib.suppress(AttributeError, OSError):
         os.nice(19)
-    compile_kinds(Path(sys.argv[1]))
+    try:
+        compile_kinds(Path(sys.argv[1]))
+    finally:  # the cache folder `_jit` made for it (its cost curves, measured beside a user's call)
+        scratch = Path(os.environ.get("XDG_CACHE_HOME", ""))
+        if scratch.name.startswith(_jit.SCRATCH):
+            shutil.rmtree(scratch, ignore_errors=True)

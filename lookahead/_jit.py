@@ -32,8 +32,10 @@ import numpy as np
 
 logger = logging.getLogger(__name__)
 
-# the kinds of call the background process compiles, most common first: (lookup, draft, rows, cache, decoding)
-KINDS = (("ngram", "chain", 1, "dynamic", "greedy"), ("ngram", "chain", 2, "dynamic", "greedy"),
+# the kinds of call the background process compiles, most common first: (lookup, draft, rows, cache, decoding);
+# SERVED: `lookahead serve`'s loop (rows of chains, trees and sampling joined into one batch)
+SERVED = ("ngram", "chain", 2, "dynamic", "served")
+KINDS = (("ngram", "chain", 1, "dynamic", "greedy"), SERVED, ("ngram", "chain", 2, "dynamic", "greedy"),
          ("suffix", "tree", 1, "dynamic", "greedy"), ("suffix", "chain", 1, "dynamic", "greedy"),
          ("suffix", "tree", 2, "dynamic", "greedy"), ("suffix+recycle", "tree", 1, "dynamic", "greedy"),
          ("recycle", "tree", 1, "dynamic", "greedy"), ("ngram", "chain", 1, "dynamic", "sample"),

@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import sys
+import threading
 from pathlib import Path
 
 import torch
@@ -27,15 +28,38 @@ def compile_kinds(path: Path, kinds=_jit.KINDS) -> None:
         if all(list(kind) in done for kind in kinds):
             return
         torch.set_num_threads(1)
-        model = models.load(models.default_model_path())[0]
+        model, tok, _ = models.load(models.default_model_path())
         g = torch.Generator().manual_seed(0)
         for kind in kinds:
             if list(kind) not in done:
-                _call(model, kind, g)
+                _serve(model, tok, g) if kind == _jit.SERVED else _call(model, kind, g)
                 done.append(list(kind))
                 tmp = path.with_suffix(".tmp")
                 tmp.write_text(json.dumps(done))
                 tmp.replace(path)
+
+
+def _serve(model, tok, g: torch.Generator) -> None:
+    """`lookahead serve`'s loop with numba's kernels (it runs in the context that made it) over rows of chains, trees
+    and sampling joined into one batch."""
+    from .serve.engine import Engine
+    from .serve.row import Drafting, Row, Sampling
+
+    with _jit.compiled():
+        engine = Engine(model).start()
+    done = threading.Semaphore(0)
+    rows = [Row(torch.randint(3, 500, (40,), generator=g).numpy(), 16, (), sampling, drafting, tok,
+                emit=lambda event: event[0] == "done" and done.release())
+            for sampling, drafting in [(Sampling(), Drafting()), (Sampling(), Drafting(lookup="suffix", draft="tree")),
+                                       (Sampling(0.8, seed=0), Drafting())]]
+    try:
+        for row in rows:
+            row.prompt[20:36] = row.prompt[2:18]  # something to copy
+            engine.submit(row)
+        for _ in rows:
+            done.acquire()
+    finally:
+        engine.stop()
 
 
 def _call(model, kind: tuple, g: torch.Generator) -> None:

@@ -14,7 +14,7 @@ ALLOWED = {
     "decode": {"_checks", "_store", "_jit", "index", "verify", "model"},
     "_validate": {"_checks", "model"},
     "generate": {"_checks", "_jit", "_validate", "index", "verify", "model", "decode"},
-    "_warm": {"_jit", "generate", "models"},
+    "_warm": {"_jit", "generate", "models", "serve"},
     "plugin": {"generate", "decode"},
     "demo": {"generate", "models", "threads", "demo_article"},
     "job": {"_checks", "_lazy", "arguments", "generate", "index", "models", "threads"},

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 from traces import DEFAULT_DATA_DIR, workload
 
+from lookahead import _jit
 from lookahead.arguments import draft_cost
 from lookahead.bench import e2e
 from lookahead.bench import plot as bench_plot
@@ -96,4 +97,5 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with _jit.compiled():  # timings of numba's kernels, never of their Python twins
+        main()

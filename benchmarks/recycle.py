@@ -22,6 +22,7 @@ import time
 
 import torch
 
+from lookahead import _jit
 from lookahead import Memory, generate
 from lookahead.arguments import non_negative_int, positive_int
 
@@ -157,4 +158,5 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with _jit.compiled():  # timings of numba's kernels, never of their Python twins
+        main()

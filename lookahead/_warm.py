@@ -1,6 +1,8 @@
 """The background compiler of `lookahead._jit`: ``python -m lookahead._warm MARKER`` compiles the kernels of each
 kind of call in `_jit.KINDS` into numba's cache (one short call each on the bundled model), most common first,
-listing each kind in MARKER as soon as it is compiled; at the lowest CPU priority, one process at a time."""
+listing each kind in MARKER as soon as it is compiled; at the lowest CPU priority, one process at a time. Without
+MARKER it does the same in the foreground, for this install's marker: a benchmark runs it before it starts servers,
+so that they time numba's kernels."""
 from __future__ import annotations
 
 import contextlib
@@ -75,7 +77,10 @@ def _call(model, kind: tuple, g: torch.Generator) -> None:
                  do_sample=decoding == "sample", **options)
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # python -m lookahead._warm [MARKER]: without MARKER, in the foreground (benchmarks)
+    if len(sys.argv) == 1:
+        compile_kinds(_jit.marker())
+        sys.exit(0)
     with contextlib.suppress(AttributeError, OSError):
         os.nice(19)
     try:

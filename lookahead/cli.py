@@ -54,7 +54,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    if args.command != "bench":
+        return args.func(args)
+    from ._jit import compiled
+
+    with compiled():  # measurements time numba's kernels, never their Python twins (`lookahead._jit`)
+        return args.func(args)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ ALLOWED = {
     "job": {"_checks", "_lazy", "arguments", "generate", "index", "models", "threads"},
     "bench": {"_checks", "_lazy", "arguments", "index", "verify", "model", "decode", "generate", "models", "threads"},
     "serve": {"_checks", "_jit", "arguments", "index", "verify", "model", "decode", "models"},
-    "cli": {"arguments", "demo", "job", "bench", "serve", "models"},
+    "cli": {"_jit", "arguments", "demo", "job", "bench", "serve", "models"},
     "__main__": {"cli"},
     "__init__": {"_lazy"},  # imports its public names lazily, by name (`_SOURCES`, `_lazy.lazy`)
 }

@@ -27,6 +27,7 @@ from ..index.suffix import SuffixIndex
 from ..model import CausalLM, StaticCausalLM
 from ..verify.batch import DraftBatch, Verdict, _chain_parents
 from .policy import _BUCKETS
+
 K, KR = tiered(_fused_kernels), tiered(_fused_recycle)
 
 

@@ -17,6 +17,7 @@ from .._jit import tiered
 from . import _policy_kernels
 from ..index.draft import Draft
 from .policy import DraftLength, TreeCalibration, as_cost, step_cost, step_costs
+
 K = tiered(_policy_kernels)
 
 

@@ -9,6 +9,7 @@ from .._checks import check_int
 from .._jit import interpreted, tiered
 from . import _kernels
 from ._tokens import as_token_array, draft_budget, grown, range_error, table_size as _table_size
+
 K = tiered(_kernels)
 
 _MIN_CAPACITY = 1024

@@ -26,6 +26,7 @@ from . import _recycle_kernels
 from ._tokens import as_token_array, draft_budget
 from .draft import Draft
 from .suffix import SuffixIndex
+
 K = tiered(_recycle_kernels)
 
 

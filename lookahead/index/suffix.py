@@ -12,6 +12,7 @@ from ._suffix_build import Automaton
 from ._suffix_draft import Scratch
 from ._tokens import as_token_array, draft_budget, grown, range_error, table_size as _table_size
 from .draft import Draft
+
 K, D = tiered(_suffix_build), tiered(_suffix_draft)
 
 _MIN_CAPACITY = 1024

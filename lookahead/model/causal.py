@@ -20,6 +20,7 @@ from .cache import keep_slots, new_cache, rollback, select_rows
 from .facts import ModelFacts
 from .layers import LayerKinds
 from .static import prompt_positions, prompt_sources
+
 K = tiered(_kernels)
 
 # No warm-up at import: each kernel compiles (or loads from numba's cache) on first use, with the types it gets.

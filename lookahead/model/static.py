@@ -34,6 +34,7 @@ from . import _kernels
 from .facts import ModelFacts
 from .layers import SLIDING, LayerKinds, additive, check_windows_in_masks
 from .slot_cache import SlotCache, check_static
+
 K = tiered(_kernels)
 
 logger = logging.getLogger(__name__)

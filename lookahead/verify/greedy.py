@@ -5,6 +5,7 @@ import numpy as np
 
 from .._jit import tiered
 from . import _kernels
+
 K = tiered(_kernels)
 
 

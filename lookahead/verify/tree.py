@@ -18,6 +18,7 @@ import torch
 
 from .._jit import tiered
 from . import _kernels
+
 K = tiered(_kernels)
 
 

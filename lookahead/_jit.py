@@ -85,12 +85,8 @@ def tier(kind: tuple):
         yield
         return
     _WANTED.append(kind)
-    token = _TWINS.set(twins())
-    try:
-        with np.errstate(over="ignore"):  # numba's integers wrap silently; numpy's say so (the hashes wrap)
-            yield
-    finally:
-        _TWINS.reset(token)
+    with interpreted_kernels():
+        yield
 
 
 @contextlib.contextmanager
@@ -109,7 +105,7 @@ def interpreted_kernels():
     """Run the block with the Python twins whatever is compiled (tests compare the tiers with it)."""
     token = _TWINS.set(twins())
     try:
-        with np.errstate(over="ignore"):
+        with np.errstate(over="ignore"):  # numba's integers wrap silently; numpy's say so (the hashes wrap)
             yield
     finally:
         _TWINS.reset(token)

@@ -34,15 +34,11 @@ def check_layers(facts: ModelFacts) -> None:
     keys, layer kinds it does not know (compressed attention), a cache class of the model's own."""
     name, kept = facts.name, [layer for layer in facts.layers if layer.kind != NONE]
     state = [layer for layer in kept if layer.kind == RECURRENT]
-    if state_space(kept):
-        raise ValueError(f"{name} is a state-space model: every layer keeps a recurrent state "
-                         f"({_names(state)}) instead of a KV cache, and a rejected draft token cannot be taken back "
-                         f"out of it; lookahead cannot decode it exactly: use model.generate")
-    if state:
-        raise ValueError(f"{name} has recurrent layers ({len(state)} of {len(kept)}: {_names(state)}) beside its "
-                         f"attention: a verification forward runs every draft token through their state, and a "
-                         f"rejected one cannot be cut back out of it (only a KV cache can be), so no draft (chain or "
-                         f"tree), batch or static cache is exact; use model.generate")
+    if state and facts.own_cache is None and facts.recurrent:
+        what = f"is a state-space model: every layer keeps a recurrent state ({_names(state)})" \
+            if state_space(kept) else f"has recurrent layers ({len(state)} of {len(kept)}: {_names(state)})"
+        raise ValueError(f"{name} {what} that lookahead cannot take back to the accepted tokens "
+                         f"after a rejected draft ({facts.recurrent}); use model.generate")
     indexed = [layer for layer in kept if layer.kind == INDEXED]
     if indexed:
         raise ValueError(f"{name} has sparse attention layers ({len(indexed)} of {len(kept)}: {_names(indexed)}) "
@@ -56,6 +52,21 @@ def check_layers(facts: ModelFacts) -> None:
     if facts.own_cache is not None:
         raise ValueError(f"{name} keeps its state in a cache of its own ({facts.own_cache}), not in the KV cache "
                          f"lookahead rolls back after rejected drafts; use model.generate")
+
+
+def check_recurrent(facts: ModelFacts, draft: str, static: bool) -> None:
+    """Raise ValueError, before any forward, for what recurrent layers cannot verify: a tree (a state follows one
+    sequence of tokens, not a tree's branches) and the static cache (its recurrent states are not checkpointed)."""
+    if facts.recurrent != "":
+        return
+    if draft == "tree":
+        raise ValueError(f"draft='tree' is not supported for {facts.name}: its recurrent layers carry one state along "
+                         f"one sequence of tokens, so a tree's branches cannot be verified in one forward; use "
+                         f"draft='chain' (the default: exact, its states follow the accepted tokens)")
+    if static:
+        raise ValueError(f"cache_implementation='static' is not supported for {facts.name}: its recurrent layers' "
+                         f"states are followed along the accepted tokens in the dynamic cache only; leave "
+                         f"cache_implementation unset")
 
 
 def check_alibi(facts: ModelFacts, draft: str, static: bool, rows: int) -> None:

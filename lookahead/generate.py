@@ -33,6 +33,7 @@ from .model.attention import packed_attention
 from .model.facts import ModelFacts
 from .model.layers import LayerKinds, check_slot_windows
 from .model.linear import packed_linears
+from .model.recurrent import stepping
 from .model.static import compiles_on_cpu
 
 __all__ = ["GenerationStats", "decode", "generate"]
@@ -178,7 +179,7 @@ def decode(model, input_ids, logits_processor, stopping_criteria, generation_con
                    bool(generation_config.do_sample))
     # without copying the cache per head, nor the weights per forward; the kernels compiled, or their Python twins
     # while numba compiles them in the background (`lookahead._jit`)
-    with packed_attention(model), linears, tier(kind):
+    with packed_attention(model), linears, tier(kind), stepping(model):
         return _decode(model, input_ids, logits_processor, stopping_criteria, generation_config, settings,
                        inputs_tensor, **model_kwargs)
 
@@ -191,6 +192,7 @@ def _decode(model, input_ids, logits_processor, stopping_criteria, generation_co
     V.check_draft_shape(facts, settings.draft)
     if not facts.encoder_decoder:  # its attention_mask is the encoder's, which may pad on either side
         V.check_left_padded(model_kwargs.get("attention_mask"))
+    V.check_recurrent(facts, settings.draft, getattr(generation_config, "cache_implementation", None) == "static")
     V.check_alibi(facts, settings.draft, getattr(generation_config, "cache_implementation", None) == "static",
                   input_ids.shape[0])
     check_slot_windows(LayerKinds.of(model.config), facts.name, settings.draft, input_ids.shape[0],
@@ -219,6 +221,8 @@ def _decode(model, input_ids, logits_processor, stopping_criteria, generation_co
             outs = run_loop(target, rows, run, max_new)
     finally:  # a failed call still ends the streamer, so that a thread reading it does not wait forever
         run.streamer.end()
+        if hasattr(target, "close"):
+            target.close()
     settings.stats.new_tokens_by_row = [len(o) for o in outs]
     settings.stats.new_tokens = sum(settings.stats.new_tokens_by_row)
     if settings.memory is not None:

@@ -288,5 +288,14 @@ def check_supported(generation_config, model_kwargs: dict) -> None:
             raise ValueError(f"model input {key}= is not supported by lookahead, which decodes from token ids only")
     for key in ("past_key_values", "cache"):  # transformers 5.24 renamed past_key_values to cache
         cache = model_kwargs.get(key)
-        if cache is not None and cache.get_seq_length() > 0:
+        if cache is not None and _holds_tokens(cache):
             raise ValueError(f"{key}: lookahead starts from an empty cache; pass the full prompt instead")
+
+
+def _holds_tokens(cache) -> bool:
+    """Whether a cache passed in already holds tokens: keys and values, or (layers with recurrent states only, whose
+    cache cannot count tokens) a state."""
+    try:
+        return cache.get_seq_length() > 0
+    except ValueError:  # recurrent layers only
+        return any(any(layer.has_previous_state.values()) for layer in cache.layers)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache, EncoderDecoderCache
 
+from .recurrent import LinearAttentionCacheLayerMixin, recurrent_layers, select_state_rows
+
 try:
     from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 except ImportError:  # older transformers: caches without layer objects
@@ -101,7 +103,15 @@ def rollback(cache, keep: int, length: int | None = None) -> None:
     it holds, when the caller knows them."""
     extra = (cache.get_seq_length() if length is None else length) - keep
     assert extra >= 0, f"cannot roll a cache of {cache.get_seq_length()} slots forward to {keep}"
-    cache.crop(-extra)
+    if not recurrent_layers(cache):
+        cache.crop(-extra)
+        return
+    for layer in cache.layers:  # recurrent states are rolled back from checkpoints (`recurrent.Checkpoints`)
+        if isinstance(layer, LinearAttentionCacheLayerMixin):
+            if isinstance(layer, DynamicLayer):  # a hybrid layer: its attention part is cut
+                DynamicLayer.crop(layer, -extra)
+        elif hasattr(layer, "crop"):
+            layer.crop(-extra)
 
 
 def keep_slots(cache, start: int, slots: torch.Tensor) -> None:
@@ -127,7 +137,15 @@ def keep_slots(cache, start: int, slots: torch.Tensor) -> None:
 
 def select_rows(cache, rows: torch.Tensor) -> None:
     """Keep only the batch rows `rows` (a 1-D LongTensor of row indices) in the cache."""
-    cache.batch_select_indices(rows)
+    if not recurrent_layers(cache):
+        cache.batch_select_indices(rows)
+        return
+    for layer in cache.layers:  # transformers' recurrent layers select no rows: their states are selected here
+        if not isinstance(layer, LinearAttentionCacheLayerMixin):
+            layer.batch_select_indices(rows)
+        elif isinstance(layer, DynamicLayer):  # a hybrid layer: its attention part too
+            DynamicLayer.batch_select_indices(layer, rows)
+    select_state_rows(cache, rows)
 
 
 def join_rows(cache, other, pad: int, other_pad: int) -> None:

@@ -8,6 +8,8 @@ slots. On a CPU one kernel writes a step's inputs and mask (`_kernels`), another
 """
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import torch
 
@@ -19,6 +21,7 @@ from . import _kernels
 from .cache import keep_slots, new_cache, rollback, select_rows
 from .facts import ModelFacts
 from .layers import LayerKinds
+from .recurrent import Checkpoints, recurrent_layers
 from .static import prompt_positions, prompt_sources
 
 K = tiered(_kernels)
@@ -51,6 +54,8 @@ class CausalLM:
         # mask is written on its device
         self.held = 0  # the step's columns the cache holds past `width` until the commit
         self.kinds = LayerKinds.of(model.config)  # windowed layers get masks of their own, by position
+        # recurrent layers: their states checkpointed before each verification, settled on the accepted path after
+        self.states = Checkpoints(model, self.cache) if recurrent_layers(self.cache) else None
 
     @property
     def mask(self) -> torch.Tensor:
@@ -132,8 +137,9 @@ class CausalLM:
         tokens, positions, mask = self._chain_inputs(last, batch) if batch.chain else self._tree_inputs(last, batch)
         if self.kinds.windowed:
             mask = self._layer_masks(mask, positions)
-        logits = self.model(input_ids=to_device(tokens, device), attention_mask=mask, use_cache=True,
-                            position_ids=to_device(positions, device), **{self.facts.kv: self.cache}).logits
+        with self.states.forward() if self.states is not None else contextlib.nullcontext():
+            logits = self.model(input_ids=to_device(tokens, device), attention_mask=mask, use_cache=True,
+                                position_ids=to_device(positions, device), **{self.facts.kv: self.cache}).logits
         stats.add_forward(len(last))
         self.held = batch.width + 1
         return logits[:, :width + 1]
@@ -164,6 +170,8 @@ class CausalLM:
         The slot mask holds the step's N + 1 columns first: a commit writes at most that many (the root and at most
         N accepted nodes), and a tree's step, unlike a chain's, writes none of them before."""
         start = self.width
+        if self.states is not None:  # chains only (`recurrent.check_recurrent`): each row keeps its root and counts
+            self.states.settle(verdict.counts + 1)
         self._room(max(batch.width + 1, self.held))
         if verdict.in_place:  # chains, and trees whose first nodes were accepted in order: cut the rest
             width = self._kept(0, verdict.counts)
@@ -185,6 +193,11 @@ class CausalLM:
         self._masked(np.arange(width)[None, :] <= counts[:, None])
         self.pos += counts + 1
         return width
+
+    def close(self) -> None:
+        """Take lookahead's hooks off the model (the call is over)."""
+        if self.states is not None:
+            self.states.close()
 
     def keep(self, rows: list) -> None:
         """Keep only the batch rows `rows`, so that finished rows cost nothing more."""

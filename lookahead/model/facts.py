@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .layers import layer_kinds, own_cache, smallest_window
+from .layers import RECURRENT, layer_kinds, own_cache, smallest_window
+from .recurrent import unsupported
 
 _PARAMETERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # forward function -> its parameter names
 
@@ -38,6 +39,8 @@ class ModelFacts:
     alibi: str | None = None  # it biases attention by distance (ALiBi): "mask" (from the 2D attention mask),
     # "slots" (from cache slots: MPT); None: no ALiBi
     own_cache: str | None = None  # the cache class its modeling module defines for itself, if any
+    recurrent: str | None = None  # with recurrent layers: why their states cannot follow the accepted path ("" where
+    # they can: `recurrent.Checkpoints`); None without recurrent layers
 
     @classmethod
     def of(cls, model) -> "ModelFacts":
@@ -48,11 +51,20 @@ class ModelFacts:
                    getattr(model.config, "model_type", None), smallest_window(layers),
                    model.device, model.dtype,
                    frozenset(str(d) for d in (getattr(model, "hf_device_map", None) or {}).values()),
-                   "logits_to_keep" in forward_parameters(model), layers, uses_alibi(model), own_cache(model))
+                   "logits_to_keep" in forward_parameters(model), layers, uses_alibi(model), own_cache(model),
+                   _recurrent(model, layers))
 
     def last_logits_only(self) -> dict:
         """The forward keyword that computes logits at the last position only, where the model takes it."""
         return {"logits_to_keep": 1} if self.logits_to_keep else {}
+
+
+def _recurrent(model, layers) -> str | None:
+    """`ModelFacts.recurrent`: None without recurrent layers, else why their states cannot be followed ("": they
+    can)."""
+    if not any(layer.kind == RECURRENT for layer in layers):
+        return None
+    return unsupported(model) or ""
 
 
 def cache_kwarg(model) -> str:

@@ -76,6 +76,8 @@ class LayerKinds:
         if not self.mixed:
             return next(iter(masks.values()))
         masks[FULL] = additive(allowed, dtype)
+        for kind in self.per_layer:  # recurrent layers: no padding inside a step to mask
+            masks.setdefault(kind, None)
         return masks
 
 

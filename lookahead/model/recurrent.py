@@ -1,0 +1,192 @@
+"""Recurrent layers (gated delta nets, Mamba, short convolutions, ...) whose state follows the accepted path.
+
+A verification forward runs every draft token through a recurrent layer's state; a KV cache drops a rejected
+token by cutting its slot, but a state has no slots to cut. So before each forward the target takes a checkpoint of
+every recurrent state (they are small: a state per layer and row, not per token) and records the input each
+recurrent module got; after the verdict, a row that rejected part of its step gets its checkpoint back and each
+recurrent module runs again, alone, over that row's kept tokens (its recorded input cut there): the state after
+exactly the accepted path, at the cost of the recurrent modules over the kept tokens, not of a forward. A row that
+accepted its whole step keeps the state the forward left.
+
+Where transformers' own forward of a module cannot continue a cached state over several tokens (its multi-token path
+restarts from zero: `STEPPED`), `stepping` makes it run a token at a time from the cached state, through the very
+code `model.generate` decodes with, inside the one verification forward.
+
+Trees cannot be verified this way (a state follows one sequence, not branches), nor can the static cache:
+`check_recurrent` refuses both by name.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+
+import torch
+
+try:
+    from transformers.cache_utils import LinearAttentionCacheLayerMixin
+except ImportError:  # older transformers: no recurrent cache layers
+    LinearAttentionCacheLayerMixin = ()
+
+# Module classes whose forward over several tokens from a cached state does not continue it (transformers 5.24:
+# measured by tests/test_recurrent.py::test_several_tokens_continue_a_cached_state); they step one token at a time.
+STEPPED = frozenset({"MambaMixer", "FalconMambaMixer", "Mamba2Mixer", "BambaMixer", "JambaMambaMixer"})
+
+
+def recurrent_layers(cache) -> list:
+    """Indices of the cache layers that keep a recurrent or convolution state."""
+    return [i for i, layer in enumerate(getattr(cache, "layers", None) or [])
+            if isinstance(layer, LinearAttentionCacheLayerMixin)]
+
+
+def recurrent_modules(model) -> list:
+    """The modules that read and write a recurrent cache layer's state (`layer_idx` names the layer), in order."""
+    return [module for module in model.modules() if _keeps_state(type(module))
+            and isinstance(getattr(module, "layer_idx", None), int)]
+
+
+@functools.lru_cache(maxsize=None)
+def _keeps_state(cls) -> bool:
+    """Whether a module class's forward reads or writes a recurrent cache layer's state, and takes the cache (the
+    mixer of a recurrent layer, not the decoder layer around it)."""
+    try:
+        source, params = inspect.getsource(cls.forward), inspect.signature(cls.forward).parameters
+    except (TypeError, OSError, ValueError):
+        return False
+    return ("get_recurrent_state" in source or "get_conv_state" in source or "update_conv_state" in source) \
+        and "cache" in params and "decoder_layer" not in source
+
+
+def unsupported(model) -> str | None:
+    """Why lookahead cannot follow the accepted path through `model`'s recurrent layers, or None: each recurrent
+    cache layer must be written by modules that take the cache as `cache` and their input as `hidden_states`."""
+    modules = recurrent_modules(model)
+    if not modules:
+        return "no module of its own reads the recurrent states from transformers' cache"
+    for module in modules:
+        params = inspect.signature(type(module).forward).parameters
+        if "hidden_states" not in params:
+            return f"{type(module).__name__} takes no hidden_states"
+    return None
+
+
+@contextlib.contextmanager
+def stepping(model):
+    """Within: each `STEPPED` module of `model` runs a multi-token forward from a cached state one token at a time
+    (the decode path model.generate runs), so a verification forward continues its state exactly; a prefill (no
+    cached state yet) runs as before. Restores the modules' own forward on exit."""
+    changed = [m for m in recurrent_modules(model) if type(m).__name__ in STEPPED]
+    for module in changed:
+        module.forward = functools.partial(_stepped, module, type(module).forward.__get__(module))
+    try:
+        yield
+    finally:
+        for module in changed:
+            del module.forward
+
+
+def _stepped(module, forward, hidden_states, cache=None, attention_mask=None, **kwargs):
+    """`forward` over hidden_states [b, T, H] a token at a time once `cache` holds the module's state."""
+    length = hidden_states.shape[1]
+    if length == 1 or cache is None or cache.get_recurrent_state(module.layer_idx) is None:
+        return forward(hidden_states, cache=cache, attention_mask=attention_mask, **kwargs)
+    outs = [forward(hidden_states[:, t:t + 1], cache=cache, attention_mask=None, **_cut(kwargs, length, t, t + 1))
+            for t in range(length)]
+    return torch.cat(outs, dim=1)
+
+
+def _cut(kwargs: dict, length: int, start: int, end: int) -> dict:
+    """kwargs with every tensor that runs along the step's `length` tokens (dim 1) cut to [start, end)."""
+    return {k: v[:, start:end] if isinstance(v, torch.Tensor) and v.dim() > 1 and v.shape[1] == length else v
+            for k, v in kwargs.items()}
+
+
+class Checkpoints:
+    """The recurrent states of a cache before a verification forward, and the inputs its recurrent modules got in
+    it; `settle` gives each row the states after its accepted tokens only.
+
+    Args:
+        model: the model (its recurrent modules are found once).
+        cache: its cache (transformers' `DynamicCache` with recurrent layers).
+    """
+
+    def __init__(self, model, cache):
+        self.cache, self.layers = cache, recurrent_layers(cache)
+        for i in self.layers:  # states are restored from checkpoints, not from recorded convolution inputs
+            self.cache.layers[i].record_past = False
+        self.saved = None  # [(layer index, kind, state index, tensor)] before the forward
+        self.calls = []  # (module, hidden_states [b, T, H], kwargs) of the forward
+        self._recording = False
+        self._hooks = [m.register_forward_pre_hook(self._record, with_kwargs=True) for m in recurrent_modules(model)]
+
+    def close(self) -> None:
+        """Remove the hooks from the model."""
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks = []
+
+    def _record(self, module, args, kwargs):
+        if self._recording:
+            hidden = args[0] if args else kwargs["hidden_states"]
+            rest = {k: v for k, v in kwargs.items() if k != "hidden_states"}
+            self.calls.append((module, hidden, args[1:], rest))
+
+    def _states(self) -> list:
+        """(layer, kind, state index, tensor) of every state the recurrent layers hold now."""
+        found = []
+        for i in self.layers:
+            layer = self.cache.layers[i]
+            for kind in ("conv_states", "recurrent_states"):
+                for j, state in getattr(layer, kind).items():
+                    if state is not None:
+                        found.append((i, kind, j, state))
+        return found
+
+    @contextlib.contextmanager
+    def forward(self):
+        """Around a verification forward: checkpoint the states, record the recurrent modules' inputs."""
+        self.saved = [(i, kind, j, state.clone()) for i, kind, j, state in self._states()]
+        self.calls, self._recording = [], True
+        try:
+            yield
+        finally:
+            self._recording = False
+
+    def settle(self, kept) -> None:
+        """After the verdict: kept [b] tokens of the forward's T that each row keeps (its root and accepted drafts).
+        Rows that keep fewer than T get the states after their kept tokens: the checkpoint, then each recorded
+        module over its input cut to them (rows grouped by how many they keep)."""
+        width = self.calls[0][1].shape[1] if self.calls else 0
+        short = sorted({int(n) for n in kept if int(n) < width})
+        if not short:
+            return
+        states = self._states()
+        final = [state.clone() for *_, state in states]  # rows that keep every token keep these
+        for n in short:
+            rows = torch.tensor([r for r, k in enumerate(kept) if int(k) == n], device=final[0].device)
+            self._restore()
+            with torch.inference_mode():
+                for module, hidden, args, kwargs in self.calls:
+                    kwargs = _cut(kwargs, width, 0, n)
+                    if "attention_mask" in kwargs:  # every kept token is a real one
+                        kwargs["attention_mask"] = None
+                    module(hidden[:, :n].contiguous(), *args, **kwargs)
+            for out, (*_, state) in zip(final, self._states()):
+                out[rows] = state[rows]
+        for (i, kind, j, _), out in zip(states, final):
+            getattr(self.cache.layers[i], kind)[j].copy_(out)
+
+    def _restore(self) -> None:
+        for i, kind, j, saved in self.saved:
+            getattr(self.cache.layers[i], kind)[j].copy_(saved)
+
+
+def select_state_rows(cache, rows: torch.Tensor) -> None:
+    """Keep only the batch rows `rows` of every recurrent state (transformers' recurrent layers select no rows)."""
+    for i in recurrent_layers(cache):
+        layer = cache.layers[i]
+        for kind in ("conv_states", "recurrent_states"):
+            states = getattr(layer, kind)
+            for j, state in states.items():
+                if state is not None:
+                    states[j] = state[rows.to(state.device)]

@@ -82,6 +82,10 @@ def new_cache(model) -> DynamicCache:
         cache = DynamicCache()
     if hasattr(cache, "activate_past_recording"):
         cache.activate_past_recording()
+    for i in recurrent_layers(cache):  # recurrent states roll back from checkpoints (`recurrent.Checkpoints`), not
+        # from recorded convolution inputs; a sliding-window hybrid layer records them, its attention part every slot
+        if not isinstance(cache.layers[i], DynamicSlidingWindowLayer):
+            cache.layers[i].record_past = False
     _grow_in_place(cache)
     return cache
 

@@ -20,7 +20,7 @@ from .._jit import tiered
 from . import _kernels
 from .cache import keep_slots, new_cache, rollback, select_rows
 from .facts import ModelFacts
-from .layers import LayerKinds
+from .layers import LayerKinds, state_space
 from .recurrent import Checkpoints, recurrent_layers
 from .static import prompt_positions, prompt_sources
 
@@ -56,6 +56,8 @@ class CausalLM:
         self.kinds = LayerKinds.of(model.config)  # windowed layers get masks of their own, by position
         # recurrent layers: their states checkpointed before each verification, settled on the accepted path after
         self.states = Checkpoints(model, self.cache) if recurrent_layers(self.cache) else None
+        self.attends = not state_space(facts.layers)  # a state-space model takes no mask after its prefill (some
+        # pass it to their mixers as padding of the step, as model.generate never does)
 
     @property
     def mask(self) -> torch.Tensor:
@@ -138,7 +140,8 @@ class CausalLM:
         if self.kinds.windowed:
             mask = self._layer_masks(mask, positions)
         with self.states.forward() if self.states is not None else contextlib.nullcontext():
-            logits = self.model(input_ids=to_device(tokens, device), attention_mask=mask, use_cache=True,
+            logits = self.model(input_ids=to_device(tokens, device), attention_mask=mask if self.attends else None,
+                                use_cache=True,
                                 position_ids=to_device(positions, device), **{self.facts.kv: self.cache}).logits
         stats.add_forward(len(last))
         self.held = batch.width + 1

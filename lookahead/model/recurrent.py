@@ -107,15 +107,13 @@ class Checkpoints:
 
     Args:
         model: the model (its recurrent modules are found once).
-        cache: its cache (transformers' `DynamicCache` with recurrent layers).
+        cache: its cache (transformers' `DynamicCache` with recurrent layers, `cache.new_cache`).
     """
 
     def __init__(self, model, cache):
         self.cache, self.layers = cache, recurrent_layers(cache)
-        for i in self.layers:  # states are restored from checkpoints, not from recorded convolution inputs
-            self.cache.layers[i].record_past = False
         self.saved = None  # [(layer index, kind, state index, tensor)] before the forward
-        self.calls = []  # (module, hidden_states [b, T, H], kwargs) of the forward
+        self.calls = []  # (module, hidden_states [b, T, H], other args, kwargs) of the forward
         self._recording = False
         self._hooks = [m.register_forward_pre_hook(self._record, with_kwargs=True) for m in recurrent_modules(model)]
 
@@ -132,15 +130,23 @@ class Checkpoints:
             self.calls.append((module, hidden, args[1:], rest))
 
     def _states(self) -> list:
-        """(layer, kind, state index, tensor) of every state the recurrent layers hold now."""
+        """(layer, kind, state index, tensor) of every state the recurrent layers hold now; a layer that records its
+        convolution inputs (a sliding-window hybrid, whose attention part must keep every slot) shows the last
+        `conv_kernel_size` of them, all a next forward reads."""
         found = []
         for i in self.layers:
             layer = self.cache.layers[i]
             for kind in ("conv_states", "recurrent_states"):
                 for j, state in getattr(layer, kind).items():
                     if state is not None:
+                        if kind == "conv_states" and layer.record_past:
+                            state = state[..., -layer.conv_kernel_size[j]:]
                         found.append((i, kind, j, state))
         return found
+
+    def _put(self, states, values) -> None:
+        for (i, kind, j, _), value in zip(states, values):
+            getattr(self.cache.layers[i], kind)[j] = value
 
     @contextlib.contextmanager
     def forward(self):
@@ -157,14 +163,11 @@ class Checkpoints:
         Rows that keep fewer than T get the states after their kept tokens: the checkpoint, then each recorded
         module over its input cut to them (rows grouped by how many they keep)."""
         width = self.calls[0][1].shape[1] if self.calls else 0
-        short = sorted({int(n) for n in kept if int(n) < width})
-        if not short:
-            return
         states = self._states()
         final = [state.clone() for *_, state in states]  # rows that keep every token keep these
-        for n in short:
+        for n in sorted({int(n) for n in kept if int(n) < width}):
             rows = torch.tensor([r for r, k in enumerate(kept) if int(k) == n], device=final[0].device)
-            self._restore()
+            self._put(self.saved, [saved.clone() for *_, saved in self.saved])
             with torch.inference_mode():
                 for module, hidden, args, kwargs in self.calls:
                     kwargs = _cut(kwargs, width, 0, n)
@@ -173,12 +176,7 @@ class Checkpoints:
                     module(hidden[:, :n].contiguous(), *args, **kwargs)
             for out, (*_, state) in zip(final, self._states()):
                 out[rows] = state[rows]
-        for (i, kind, j, _), out in zip(states, final):
-            getattr(self.cache.layers[i], kind)[j].copy_(out)
-
-    def _restore(self) -> None:
-        for i, kind, j, saved in self.saved:
-            getattr(self.cache.layers[i], kind)[j].copy_(saved)
+        self._put(states, final)
 
 
 def select_state_rows(cache, rows: torch.Tensor) -> None:

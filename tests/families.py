@@ -183,8 +183,10 @@ CALLS = {  # call name -> lookahead.generate's keyword arguments
 # expected refusals, keyed by a layer kind or a feature (not by model name): (feature, calls, message pattern)
 REFUSALS = [
     ("no KV cache", None, r"must accept a KV cache"),
-    ("state-space", None, r"is a state-space model: every layer keeps a recurrent state"),
-    ("recurrent layers", None, r"has recurrent layers \(\d+ of \d+: .*\) beside its attention"),
+    ("unfollowed recurrent", None, r"(is a state-space model: every layer keeps a recurrent state|has recurrent "
+                                   r"layers \(\d+ of \d+: .*\)) that lookahead cannot take back"),
+    ("recurrent", ("suffix_tree", "recycle_tree"), r"draft='tree' is not supported for .*: its recurrent layers"),
+    ("recurrent", ("static",), r"cache_implementation='static' is not supported for .*: its recurrent layers"),
     ("indexed sparse attention", None, r"has sparse attention layers .* whose indexer picks the keys"),
     ("unknown layer kind", None, r"has layers of a kind lookahead does not know"),
     ("own cache class", None, r"keeps its state in a cache of its own"),
@@ -203,18 +205,15 @@ _REFERENCES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model 
 def features(model) -> set:
     """The model's features that `REFUSALS` and the window xfail are keyed by, from its layers and forward."""
     from lookahead.model.facts import ModelFacts, forward_parameters
-    from lookahead.model.layers import (INDEXED, KNOWN, NONE, RECURRENT, LayerKinds, check_windows_in_masks,
-                                         state_space)
+    from lookahead.model.layers import INDEXED, KNOWN, NONE, RECURRENT, LayerKinds, check_windows_in_masks
 
     found = set()
     if not {"cache", "past_key_values"} & forward_parameters(model):
         return {"no KV cache"}
     facts = ModelFacts.of(model)
     kinds = [layer.kind for layer in facts.layers if layer.kind != NONE]
-    if state_space(facts.layers):
-        found.add("state-space")
-    elif RECURRENT in kinds:
-        found.add("recurrent layers")
+    if RECURRENT in kinds:
+        found.add("unfollowed recurrent" if facts.recurrent or facts.own_cache else "recurrent")
     if INDEXED in kinds:
         found.add("indexed sparse attention")
     if any(kind not in KNOWN for kind in kinds):

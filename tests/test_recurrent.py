@@ -1,0 +1,150 @@
+"""Recurrent layers (gated delta nets, Mamba, short convolutions) follow the accepted path: drafts that are partly
+accepted, in one row and in left-padded batches, give model.generate's tokens; sampling keeps the target's law;
+trees and the static cache are refused by name; the hooks leave the model as it was."""
+import sys
+
+import pytest
+import torch
+
+import families as F
+import lookahead
+from lookahead.model import recurrent
+from lookahead.model.cache import new_cache
+
+# one family per kind of recurrent module: gated delta net, Mamba2 stepped and continued, Mamba, short convolutions,
+# a parallel hybrid (attention and Mamba in one layer)
+KINDS = ["qwen3_5_text", "nemotron_h", "granitemoehybrid", "mamba", "lfm2", "falcon_h1", "kimi_linear"]
+
+
+def _model(name):
+    if name not in F.causal_types():
+        pytest.skip(f"transformers has no {name}")
+    return F.tiny_model(name)
+
+
+def corrupted(tokens: torch.Tensor, every: int = 5) -> list:
+    """The tokens with every `every`-th one changed: a document whose drafts are accepted up to a change, then
+    rejected there."""
+    out = tokens.clone()
+    out[every - 1::every] = (out[every - 1::every] + 1) % F.VOCAB
+    return out.tolist()
+
+
+@pytest.mark.parametrize("name", KINDS + ["bamba", "zamba2", "jamba", "qwen3_next", "lfm3", "mamba2"])
+def test_several_tokens_continue_a_cached_state(name):
+    """Inside `recurrent.stepping`, a forward over several tokens from a cached state, then a one-token forward, give
+    the logits that one-token forwards give (model.generate's decoding, which for some families differs from one
+    forward over the whole text): what a verification forward and the next step rely on. The modules in `STEPPED`
+    run a token at a time there; the others continue the state themselves."""
+    model = _model(name)
+    ids = F.prompt(60)
+
+    def forward(cache, start, end):  # positions given, as lookahead gives them (not read from the cache's length)
+        return model(ids[:, start:end], cache=cache, use_cache=True, position_ids=torch.arange(start, end)[None]).logits[0]
+
+    with torch.no_grad(), recurrent.stepping(model):
+        for width in (3, 7):
+            caches = new_cache(model), new_cache(model)
+            for cache in caches:
+                forward(cache, 0, 40)
+            many, one = forward(caches[0], 40, 40 + width), forward(caches[0], 40 + width, 41 + width)
+            decoded = [forward(caches[1], t, t + 1) for t in range(40, 41 + width)]
+            torch.testing.assert_close(torch.cat([many, one]), torch.cat(decoded), atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("name", KINDS)
+def test_partly_accepted_drafts_give_generate_tokens(name):
+    """Drafts from a document that agrees with greedy's output except at every fifth token are accepted up to the
+    change and rejected there: every step settles the recurrent states on the accepted path, and the tokens are
+    model.generate's."""
+    model = _model(name)
+    ids = F.prompt()
+    want = F.reference(model, ids)
+    out, stats = lookahead.generate(model, ids, documents=[corrupted(want)], draft_cost=0, max_new_tokens=F.NEW,
+                                    min_new_tokens=F.NEW, return_stats=True)
+    assert out[0, ids.shape[1]:].tolist() == want.tolist()
+    assert stats.accepted_tokens >= F.NEW // 2 and stats.draft_tokens - stats.accepted_tokens >= 4
+
+
+@pytest.mark.parametrize("name", ["qwen3_5_text", "nemotron_h", "lfm2"])
+def test_a_padded_batch_settles_each_row_on_its_own_path(name):
+    """Two left-padded rows of different lengths, each drafting from its own corrupted document, accept different
+    numbers of drafts per step: each row equals model.generate on its own prompt."""
+    model = _model(name)
+    ids, mask = F.padded_batch()
+    rows = [ids[0:1], ids[1:2, 10:]]
+    wants = [F.reference(model, row) for row in rows]
+    documents = [[corrupted(wants[0], 4)], [corrupted(wants[1], 7)]]
+    out = lookahead.generate(model, ids, attention_mask=mask, documents=documents, draft_cost=0,
+                             max_new_tokens=F.NEW, min_new_tokens=F.NEW)
+    for i, want in enumerate(wants):
+        assert out[i, ids.shape[1]:].tolist() == want.tolist()
+
+
+def test_sampling_from_a_hybrid_keeps_the_target_law():
+    """A gated-delta-net hybrid samples the target's joint law of its first 4 tokens (chi-square), while drafts are
+    accepted and rejected."""
+    import test_sampling as S
+    import transformers as T
+
+    config = T.Qwen3NextConfig(vocab_size=S.V, hidden_size=32, intermediate_size=32, num_hidden_layers=2,
+                               num_attention_heads=2, num_key_value_heads=1, head_dim=16, linear_num_key_heads=2,
+                               linear_num_value_heads=2, linear_key_head_dim=8, linear_value_head_dim=8,
+                               num_experts=2, num_experts_per_tok=1, moe_intermediate_size=16,
+                               shared_expert_intermediate_size=16, layer_types=["linear_attention", "full_attention"],
+                               max_position_embeddings=64, initializer_range=0.5, bos_token_id=None,
+                               eos_token_id=None, pad_token_id=None)
+    torch.manual_seed(0)
+    model = T.Qwen3NextForCausalLM(config).eval()
+    base = torch.tensor([[3, 1, 4, 1, 5, 2]])
+    prompt = torch.cat([model.generate(base, do_sample=False, max_new_tokens=6), base], dim=1)
+    probs = S.exact_joint(model, prompt)
+    counts, stats = S.lookahead_samples(model, prompt)
+    assert counts[probs == 0].sum() == 0
+    assert S.chi_square_pvalue(counts, probs) > 1e-3
+    accepted, drafted = sum(s.accepted_tokens for s in stats), sum(s.draft_tokens for s in stats)
+    assert accepted > S.N / 8 and drafted - accepted > S.N / 8
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"lookup": "suffix", "draft": "tree"}, r"draft='tree' is not supported for Qwen3_5ForCausalLM: its recurrent "
+                                            r"layers carry one state along one sequence of tokens"),
+    ({"cache_implementation": "static"}, r"cache_implementation='static' is not supported for Qwen3_5ForCausalLM: "
+                                         r"its recurrent layers' states are followed .* in the dynamic cache only"),
+])
+def test_what_a_state_cannot_follow_is_refused_by_name(kwargs, message):
+    """A tree or the static cache asked of a hybrid is refused before any forward, naming what works instead."""
+    model = _model("qwen3_5_text")
+    calls = []
+    hook = model.register_forward_pre_hook(lambda *_: calls.append(1))
+    try:
+        with pytest.raises(ValueError, match=message):
+            lookahead.generate(model, F.prompt(), max_new_tokens=5, **kwargs)
+    finally:
+        hook.remove()
+    assert not calls
+
+
+def test_the_model_is_left_as_it_was():
+    """After a call (and after a failing one), no hook of lookahead's stays on the recurrent modules and the stepped
+    ones have their own forward back."""
+    model = _model("nemotron_h")
+    modules = recurrent.recurrent_modules(model)
+    lookahead.generate(model, F.prompt(), max_new_tokens=8)
+    with pytest.raises(ValueError):
+        lookahead.generate(model, F.prompt(), max_new_tokens=8, num_beams=2)
+    for module in modules:
+        assert not module._forward_pre_hooks
+        assert "forward" not in vars(module)
+
+
+def test_unfollowed_modules_are_refused_with_their_reason():
+    """A model whose recurrent modules lookahead does not follow yet is refused before any forward, with why."""
+    model = _model("zaya")
+    with pytest.raises(ValueError, match=r"has recurrent layers .* that lookahead cannot take back to the accepted "
+                                         r"tokens after a rejected draft \(ZayaCCAProjection: "):
+        lookahead.generate(model, F.prompt(), max_new_tokens=5)
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-q"]))

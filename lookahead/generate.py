@@ -222,7 +222,7 @@ def _decode(model, input_ids, logits_processor, stopping_criteria, generation_co
     finally:  # a failed call still ends the streamer, so that a thread reading it does not wait forever
         run.streamer.end()
         if hasattr(target, "close"):
-            target.close()
+            target.close(settings.stats)
     settings.stats.new_tokens_by_row = [len(o) for o in outs]
     settings.stats.new_tokens = sum(settings.stats.new_tokens_by_row)
     if settings.memory is not None:

@@ -197,10 +197,13 @@ class CausalLM:
         self.pos += counts + 1
         return width
 
-    def close(self) -> None:
-        """Take lookahead's hooks off the model (the call is over)."""
+    def close(self, stats=None) -> None:
+        """Take lookahead's hooks off the model (the call is over); add the time its recurrent states took to follow
+        the accepted path to `stats.seconds["recurrent"]`."""
         if self.states is not None:
             self.states.close()
+            if stats is not None:
+                stats.seconds["recurrent"] = stats.seconds.get("recurrent", 0.0) + self.states.seconds
 
     def keep(self, rows: list) -> None:
         """Keep only the batch rows `rows`, so that finished rows cost nothing more."""

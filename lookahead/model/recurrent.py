@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import time
 
 import torch
 
@@ -124,6 +125,7 @@ class Checkpoints:
     def __init__(self, model, cache):
         self.cache, self.layers = cache, recurrent_layers(cache)
         self.saved = None  # [(layer index, kind, state index, tensor)] before the forward
+        self.seconds = 0.0  # host time taking checkpoints and settling states (what following the path costs)
         self.calls = []  # (module, hidden_states [b, T, H], other args, kwargs) of the forward
         self._recording = False
         self._hooks = [m.register_forward_pre_hook(self._record, with_kwargs=True) for m in recurrent_modules(model)]
@@ -162,7 +164,9 @@ class Checkpoints:
     @contextlib.contextmanager
     def forward(self):
         """Around a verification forward: checkpoint the states, record the recurrent modules' inputs."""
+        start = time.perf_counter()
         self.saved = [(i, kind, j, state.clone()) for i, kind, j, state in self._states()]
+        self.seconds += time.perf_counter() - start
         self.calls, self._recording = [], True
         try:
             yield
@@ -173,6 +177,7 @@ class Checkpoints:
         """After the verdict: kept [b] tokens of the forward's T that each row keeps (its root and accepted drafts).
         Rows that keep fewer than T get the states after their kept tokens: the checkpoint, then each recorded
         module over its input cut to them (rows grouped by how many they keep)."""
+        start = time.perf_counter()
         width = self.calls[0][1].shape[1] if self.calls else 0
         states = self._states()
         final = [state.clone() for *_, state in states]  # rows that keep every token keep these
@@ -188,6 +193,9 @@ class Checkpoints:
             for out, (*_, state) in zip(final, self._states()):
                 out[rows] = state[rows]
         self._put(states, final)
+        if final and final[0].device.type == "cuda":  # the time is the device's
+            torch.cuda.synchronize(final[0].device)
+        self.seconds += time.perf_counter() - start
 
 
 def select_state_rows(cache, rows: torch.Tensor) -> None:

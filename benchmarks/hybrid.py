@@ -1,0 +1,120 @@
+"""Hybrid models on a CPU (issue 46): a random-weight model shaped like a small Qwen3.5 (hidden 1024, gated delta net
+on 3 of 4 layers) against the same shape with every layer attention, both forced to replay recorded outputs
+(`lookahead.bench.forcing.ForcedOutputs`), on code edits and summaries: speedup of `lookahead.generate` (defaults)
+over `model.generate` greedy for each, the hybrid's speedup as a share of the attention model's, and the share of
+the hybrid's call spent taking checkpoints and settling recurrent states on the accepted path.
+
+    python benchmarks/hybrid.py                      # 4 traces per workload, 512-token contexts, 128 new tokens
+    python benchmarks/hybrid.py --traces 2 --max-new 32 --layers 4   # a quick look
+
+Each trace runs greedy and lookahead in turn, on both models, so drift in the machine's speed falls on all alike.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+EOS, VOCAB = 50256, 50257  # GPT-2's <|endoftext|>: never inside the recorded texts
+WORKLOADS = ("code-edit", "summarization")
+
+
+def model(kind: str, layers: int):
+    """A random Qwen3.5-text model of hidden 1024: "hybrid" (gated delta net, 3 of every 4 layers) or "attention"."""
+    from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+
+    types = ["linear_attention", "linear_attention", "linear_attention", "full_attention"] * (layers // 4)
+    if kind == "attention":
+        types = ["full_attention"] * len(types)
+    config = Qwen3_5TextConfig(vocab_size=VOCAB, hidden_size=1024, intermediate_size=3584, num_hidden_layers=len(types),
+                               num_attention_heads=8, num_key_value_heads=2, head_dim=256, linear_num_key_heads=16,
+                               linear_num_value_heads=16, linear_key_head_dim=128, linear_value_head_dim=128,
+                               layer_types=types, tie_word_embeddings=True, max_position_embeddings=4096,
+                               bos_token_id=EOS, eos_token_id=EOS, pad_token_id=EOS)
+    torch.manual_seed(0)
+    return Qwen3_5ForCausalLM(config).eval()
+
+
+def timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def run(models: dict, workloads: dict, max_new: int) -> dict:
+    """{(model, workload): {"greedy": [s], "lookahead": [s], "tpf": [...], "recurrent": [s]}}, trace by trace."""
+    import lookahead
+    from lookahead.bench.forcing import ForcedOutputs
+
+    results = {}
+    prompt = torch.as_tensor(next(iter(workloads.values()))[0][0], dtype=torch.long)[None]
+    for m in models.values():  # measures each model's draft cost curve (kept on disk) and loads the kernels
+        lookahead.generate(m, prompt, max_new_tokens=8)
+    for workload, traces in workloads.items():
+        for prompt, output in traces:
+            for name, m in models.items():
+                forced = ForcedOutputs([(prompt, output)], eos_token_id=EOS)
+                handle = forced.attach(m)
+                ids = torch.as_tensor(prompt, dtype=torch.long)[None]
+                try:
+                    forced.reset()
+                    greedy = timed(lambda: m.generate(ids, do_sample=False, max_new_tokens=max_new))
+                    forced.reset()
+                    stats = {}
+                    seconds = timed(lambda: stats.setdefault("s", lookahead.generate(
+                        m, ids, max_new_tokens=max_new, return_stats=True)[1]))
+                finally:
+                    handle.remove()
+                row = results.setdefault((name, workload), {"greedy": [], "lookahead": [], "tpf": [], "recurrent": []})
+                row["greedy"].append(greedy)
+                row["lookahead"].append(seconds)
+                row["tpf"].append(stats["s"].tokens_per_forward)
+                row["recurrent"].append(stats["s"].seconds.get("recurrent", 0.0))
+                print(f"{name:9s} {workload:13s} greedy {greedy:6.2f} s  lookahead {seconds:6.2f} s  "
+                      f"{stats['s'].tokens_per_forward:.2f} tok/fwd", flush=True)
+    return results
+
+
+def table(results: dict) -> str:
+    lines = ["| workload | model | greedy s | lookahead s | speedup | tokens/forward | recurrent states |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for (name, workload), r in sorted(results.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        speedup = sum(r["greedy"]) / sum(r["lookahead"])
+        share = sum(r["recurrent"]) / sum(r["lookahead"])
+        lines.append(f"| {workload} | {name} | {sum(r['greedy']):.1f} | {sum(r['lookahead']):.1f} | {speedup:.2f}x | "
+                     f"{statistics.mean(r['tpf']):.2f} | {share:.1%} of the call |")
+    for workload in sorted({w for _, w in results}):
+        h, a = results[("hybrid", workload)], results[("attention", workload)]
+        share = (sum(h["greedy"]) / sum(h["lookahead"])) / (sum(a["greedy"]) / sum(a["lookahead"]))
+        lines.append(f"\n{workload}: the hybrid's speedup is {share:.0%} of the attention model's")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--traces", type=int, default=4, help="traces per workload (default 4)")
+    parser.add_argument("--context", type=int, default=512, help="longest prompt in tokens (default 512)")
+    parser.add_argument("--max-new", type=int, default=128, help="new tokens per call (default 128)")
+    parser.add_argument("--layers", type=int, default=4, help="layers, a multiple of 4 (default 4)")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
+    parser.add_argument("--data-dir", default=None, help="../shared/data by default")
+    args = parser.parse_args(argv)
+    from traces import DEFAULT_DATA_DIR, workload
+
+    torch.set_num_threads(args.threads)
+    data = Path(args.data_dir) if args.data_dir else DEFAULT_DATA_DIR
+    workloads = {w: workload(w, data, args.traces, args.context, args.max_new) for w in WORKLOADS}
+    models = {kind: model(kind, args.layers) for kind in ("hybrid", "attention")}
+    with torch.inference_mode():
+        results = run(models, workloads, args.max_new)
+    print(table(results))
+
+
+if __name__ == "__main__":
+    main()

@@ -212,8 +212,8 @@ def features(model) -> set:
         return {"no KV cache"}
     facts = ModelFacts.of(model)
     kinds = [layer.kind for layer in facts.layers if layer.kind != NONE]
-    if RECURRENT in kinds:
-        found.add("unfollowed recurrent" if facts.recurrent or facts.own_cache else "recurrent")
+    if RECURRENT in kinds and not facts.own_cache:  # a cache of its own is refused for that
+        found.add("unfollowed recurrent" if facts.recurrent else "recurrent")
     if INDEXED in kinds:
         found.add("indexed sparse attention")
     if any(kind not in KNOWN for kind in kinds):
@@ -306,7 +306,9 @@ def tiny_model(name: str):
 
 
 SHORT = [  # message pattern -> the short reason the table shows
-    (r"must accept a KV cache", "no KV cache"), (r"state-space", "state-space"), (r"recurrent layers", "recurrent"),
+    (r"must accept a KV cache", "no KV cache"), (r"state-space", "recurrent, not followed"),
+    (r"has recurrent layers", "recurrent, not followed"), (r"draft='tree' is not supported .* recurrent", "recurrent"),
+    (r"static' is not supported .* recurrent", "recurrent"),
     (r"sparse attention", "indexer"), (r"cache of its own", "own cache"), (r"does not know", "unknown layer kind"),
     (r"ALiBi", "ALiBi"),
     (r"local attention layers", "local window by slot"), (r"masks do not apply", "window its masks ignore"),

@@ -4,10 +4,12 @@ OpenAI's; a client that disconnects frees its row; bad input is a 400 naming the
 from __future__ import annotations
 
 import json
+import sys
 import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -373,3 +375,36 @@ def test_windowed_models_batch_each_request_equal_to_greedy(layer_types):
     finally:
         engine.stop()
     assert engine.error is None and [row.out for row in rows] == want
+
+
+@pytest.mark.parametrize("name", ["qwen3_5_text", "lfm2", "mamba2"])
+def test_recurrent_models_serve_each_joined_row_on_its_own_state(name):
+    """A hybrid (gated delta net beside attention, short convolutions beside attention) and a state-space model are
+    served: three requests that join one batch a step apart, each drafting from a prediction that is greedy's answer
+    with every fifth token changed (accepted up to the change, then rejected), decode to `model.generate`'s tokens,
+    each row's recurrent states following its own accepted path."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    import families as F
+
+    from lookahead.serve.engine import Engine
+    from lookahead.serve.row import Drafting, Row, Sampling
+
+    if name not in F.causal_types():
+        pytest.skip(f"transformers has no {name}")
+    tok = models.load(models.default_model_path())[1]
+    model = F.tiny_model(name)
+    prompts = [F.prompt(30 + 5 * k, seed=k)[0].numpy() for k in range(3)]
+    want = [F.reference(model, torch.as_tensor(p)[None]).tolist() for p in prompts]
+    predictions = [np.array([t if (i + 1) % 5 else (t + 1) % F.VOCAB for i, t in enumerate(w)]) for w in want]
+    engine, done, rows = Engine(model, draft_cost=0).start(), {}, []
+    try:
+        for k, prompt in enumerate(prompts):
+            rows.append(Row(prompt.astype(np.int64), F.NEW, (), Sampling(0.0), Drafting(), tok,
+                            prediction=predictions[k], emit=lambda event, k=k: event[0] == "done" and done.setdefault(k, event[1])))
+            engine.submit(rows[-1])
+            time.sleep(0.05)
+        assert _wait_for(lambda: len(done) == 3, 120)
+    finally:
+        engine.stop()
+    assert engine.error is None and [row.out for row in rows] == want
+    assert sum(row.counters.accepted for row in rows) >= F.NEW

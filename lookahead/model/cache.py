@@ -155,18 +155,41 @@ def select_rows(cache, rows: torch.Tensor) -> None:
 def join_rows(cache, other, pad: int, other_pad: int) -> None:
     """Append `other`'s batch rows to `cache` (a server's running batch taking a request prefilled alone), each side
     first left-padded with `pad` / `other_pad` zero slots so that both are as long; the caller masks the padding.
+    Recurrent states are stacked as they are (they hold no slots).
 
-    Both caches hold full-attention layers only (`GrowingLayer` or transformers' `DynamicLayer`), of one model."""
+    Both caches hold the layers of one model: full-attention or windowed (`GrowingLayer` or transformers'
+    `DynamicLayer`), recurrent, or both in one layer."""
     for layer, extra in zip(cache.layers, other.layers):
+        if isinstance(layer, LinearAttentionCacheLayerMixin):
+            _join_states(layer, extra)
+            if not isinstance(layer, DynamicLayer):
+                continue
+        if getattr(layer, "keys", None) is None:  # a layer that keeps nothing (MLP-only)
+            continue
         for name in ("keys", "values"):
             setattr(layer, name, torch.cat([_left_padded(getattr(layer, name), pad),
                                             _left_padded(getattr(extra, name), other_pad)], dim=0))
         _unbacked(layer)
 
 
+def _join_states(layer, extra) -> None:
+    """Stack `extra`'s recurrent and convolution states behind `layer`'s, batch row after batch row."""
+    for kind in ("conv_states", "recurrent_states"):
+        states, more = getattr(layer, kind), getattr(extra, kind)
+        for j, state in states.items():
+            if state is not None:
+                if kind == "conv_states" and layer.record_past:  # the window a next forward reads
+                    size = layer.conv_kernel_size[j]
+                    state, more[j] = state[..., -size:], more[j][..., -size:]
+                states[j] = torch.cat([state, more[j]], dim=0)
+
+
 def drop_leading(cache, n: int) -> None:
     """Drop the first `n` slots of every layer (slots that no row sees any more, after rows left the batch)."""
     for layer in cache.layers:
+        if getattr(layer, "keys", None) is None or (isinstance(layer, LinearAttentionCacheLayerMixin)
+                                                    and not isinstance(layer, DynamicLayer)):
+            continue
         layer.keys, layer.values = layer.keys[..., n:, :], layer.values[..., n:, :]
         _unbacked(layer)
 

@@ -131,6 +131,10 @@ async def _complete(served: Served, request: HTTPRequest, chat: bool):
                          "model_not_found")
     prompt = served.prompt_ids(req)
     max_new = served.max_new(req, len(prompt))
+    if req.drafting.draft == "tree" and served.engine.facts.recurrent == "":
+        raise BadRequest(f"Invalid 'lookahead.draft': 'tree' is not supported for {served.engine.facts.name}: its "
+                         f"recurrent layers carry one state along one sequence of tokens; use 'chain'.",
+                         "lookahead.draft", "invalid_value")
     prediction = None
     if req.prediction:
         prediction = np.asarray(served.tokenizer(req.prediction, add_special_tokens=False)["input_ids"],

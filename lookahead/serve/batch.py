@@ -35,6 +35,7 @@ class ServingLM(CausalLM):
         """Append `other`'s rows (prefilled, not yet stepped) to this batch, behind its rows."""
         width = max(self.width, other.width)
         join_rows(self.cache, other.cache, width - self.width, width - other.width)
+        other.close()  # its recurrent modules' hooks: this batch's follow the joined rows
         slots = torch.zeros((self.rows + other.rows, 2 * width + 64), dtype=self._slots.dtype,
                             device=self._slots.device)
         slots[: self.rows, width - self.width: width] = self.mask

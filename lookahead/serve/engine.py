@@ -28,8 +28,9 @@ from ..decode.policy import CostCurve
 from ..decode.settings import DRAFT_TOKENS, GenerationStats, make_settings
 from ..model.attention import packed_attention
 from ..model.facts import ModelFacts
-from ..model.layers import CHUNKED, FULL, NONE, SLIDING, LayerKinds
+from ..model.layers import CHUNKED, FULL, NONE, RECURRENT, SLIDING, LayerKinds
 from ..model.linear import packed_linears
+from ..model.recurrent import stepping
 from ..verify.batch import DraftBatch, Verdict
 from ..verify.greedy import greedy_accept_with_bonus
 from ..verify.rules import argmax_rows
@@ -42,15 +43,18 @@ logger = logging.getLogger("lookahead.serve")
 def check_servable(model) -> ModelFacts:
     """The model's facts, or ValueError when the engine cannot batch it: its layers must attend to full or
     windowed spans of a KV cache (sliding windows and chunks get masks by position, as in `generate`), and cut
-    their windows by position, not by cache slot.
+    their windows by position, not by cache slot; or keep recurrent states lookahead follows (each joined row its
+    own, `recurrent.Checkpoints`).
 
     Raises:
-        ValueError: an encoder-decoder, or layers of another kind (recurrent, GPT-Neo's slot windows, ...), named.
+        ValueError: an encoder-decoder, or layers of another kind (recurrent ones not followed, GPT-Neo's slot
+            windows, ...), named.
     """
     facts = ModelFacts.of(model)
     if facts.encoder_decoder:
         raise ValueError(f"lookahead serve runs decoder-only models; {facts.name} is an encoder-decoder")
-    other = sorted({layer.name for layer in facts.layers if layer.kind not in (FULL, SLIDING, CHUNKED, NONE)})
+    followed = (FULL, SLIDING, CHUNKED, NONE) + ((RECURRENT,) if facts.recurrent == "" else ())
+    other = sorted({layer.name for layer in facts.layers if layer.kind not in followed})
     if other or LayerKinds.of(model.config).by_slot is not None or facts.alibi:
         what = ", ".join(other) or ("ALiBi biases" if facts.alibi else "local (slot-windowed)")
         raise ValueError(f"lookahead serve batches full-attention, sliding-window and chunked layers only; "
@@ -269,8 +273,9 @@ def _cost(model, facts: ModelFacts, given, sampling: bool):
 
 @contextlib.contextmanager
 def _fast(model):
-    """The forwards as `lookahead.generate` runs them: packed grouped-query attention and linear weights."""
-    with packed_attention(model), packed_linears(model):
+    """The forwards as `lookahead.generate` runs them: packed grouped-query attention and linear weights, recurrent
+    modules that cannot continue a state over several tokens stepping a token at a time."""
+    with packed_attention(model), packed_linears(model), stepping(model):
         yield
 
 

@@ -34,6 +34,11 @@ except ImportError:  # older transformers: no recurrent cache layers
 # tests/test_recurrent.py::test_several_tokens_continue_a_cached_state); they step one token at a time.
 STEPPED = frozenset({"MambaMixer", "FalconMambaMixer", "Mamba2Mixer", "BambaMixer", "JambaMambaMixer",
                      "NemotronHMamba2Mixer", "Zamba2MambaMixer"})
+# Gated delta nets whose forward hands its keyword arguments to transformers' chunked scan (`torch_chunk_gated_delta_rule`,
+# chunk_size=64 by default): a verification forward of T tokens from a cached state runs it with chunks of T, not padded
+# to 64 (the scan's Python loop runs once per position of a chunk).
+CHUNKED_SCANS = frozenset({"Qwen3_5GatedDeltaNet", "Qwen3_5MoeGatedDeltaNet", "Qwen3NextGatedDeltaNet",
+                           "OlmoHybridGatedDeltaNet", "LaraMiniGatedDeltaNet"})
 # Module classes whose states lookahead does not follow yet, and why (tests/test_families.py shows the refusal).
 UNFOLLOWED = {
     "InklingShortConvolution": "its short convolutions inside attention, with masks of their own, give other tokens "
@@ -137,10 +142,14 @@ class Checkpoints:
         self._hooks = []
 
     def _record(self, module, args, kwargs):
-        if self._recording:
-            hidden = args[0] if args else kwargs["hidden_states"]
-            rest = {k: v for k, v in kwargs.items() if k != "hidden_states"}
-            self.calls.append((module, hidden, args[1:], rest))
+        if not self._recording:
+            return None
+        hidden = args[0] if args else kwargs["hidden_states"]
+        if type(module).__name__ in CHUNKED_SCANS:  # chunks of the step's width
+            kwargs = dict(kwargs, chunk_size=hidden.shape[1])
+        rest = {k: v for k, v in kwargs.items() if k != "hidden_states"}
+        self.calls.append((module, hidden, args[1:], rest))
+        return args, kwargs
 
     def _states(self) -> list:
         """(layer, kind, state index, tensor) of every state the recurrent layers hold now; a layer that records its
@@ -189,6 +198,8 @@ class Checkpoints:
                     kwargs = _cut(kwargs, width, 0, n)
                     if "attention_mask" in kwargs:  # every kept token is a real one
                         kwargs["attention_mask"] = None
+                    if "chunk_size" in kwargs:
+                        kwargs["chunk_size"] = n
                     module(hidden[:, :n].contiguous(), *args, **kwargs)
             for out, (*_, state) in zip(final, self._states()):
                 out[rows] = state[rows]

@@ -8,6 +8,7 @@ its rows, which leave the batch before its next step.
 from __future__ import annotations
 
 import asyncio
+import difflib
 import json
 import time
 import uuid
@@ -235,6 +236,15 @@ def _finish(reason: str) -> str:
     return "stop" if reason == "cancelled" else reason
 
 
+def predicted_in(prediction, out: list) -> int:
+    """How many of the prediction's tokens appear in the answer `out`, in order (the longest common subsequence's
+    blocks, as a diff finds them)."""
+    if prediction is None or not len(prediction) or not out:
+        return 0
+    blocks = difflib.SequenceMatcher(None, [int(t) for t in prediction], list(out), autojunk=False)
+    return sum(block.size for block in blocks.get_matching_blocks())
+
+
 class Reply:
     """The OpenAI response objects of one request: the whole response, or its stream's chunks."""
 
@@ -249,17 +259,23 @@ class Reply:
                 "system_fingerprint": None}
 
     def usage(self) -> dict:
-        """OpenAI's usage; `completion_tokens_details` counts the draft tokens that came from the prediction,
-        accepted and rejected (`Counters`). `lookahead`: every draft token verified and accepted, and the forwards
-        (row forwards summed over the choices, the prefill included)."""
+        """OpenAI's usage; `completion_tokens_details` counts as OpenAI does: the prediction's tokens that appear in
+        each answer (in order, `predicted_in`) are accepted, the rest rejected, however they were drafted.
+        `lookahead`: every draft token verified and accepted, the draft tokens that came from the prediction
+        (accepted and rejected by the target), and the forwards (row forwards summed over the choices, the prefill
+        included)."""
         c = [row.counters for row in self.rows]
         completion = sum(len(row.out) for row in self.rows)
+        accepted = sum(predicted_in(row.prediction, row.out) for row in self.rows)
+        predicted = sum(len(row.prediction) for row in self.rows if row.prediction is not None)
         return {"prompt_tokens": self.prompt_tokens, "completion_tokens": completion,
                 "total_tokens": self.prompt_tokens + completion,
-                "completion_tokens_details": {"accepted_prediction_tokens": sum(x.prediction_accepted for x in c),
-                                              "rejected_prediction_tokens": sum(x.prediction_rejected for x in c),
+                "completion_tokens_details": {"accepted_prediction_tokens": accepted,
+                                              "rejected_prediction_tokens": predicted - accepted,
                                               "reasoning_tokens": 0},
                 "lookahead": {"draft_tokens": sum(x.drafted for x in c), "accepted_tokens": sum(x.accepted for x in c),
+                              "prediction_drafted": sum(x.prediction_accepted + x.prediction_rejected for x in c),
+                              "prediction_accepted": sum(x.prediction_accepted for x in c),
                               "forwards": sum(x.forwards for x in c)}}
 
     def whole(self) -> dict:

@@ -82,6 +82,8 @@ class Row:
         self.emit = emit or (lambda event: None)
         self.out: list = []
         self.counters = Counters()
+        self.predicted = 0 if prediction is not None and len(prediction) else None  # where the prediction goes on
+        # after the answer so far (None: nowhere, or no prediction)
         self.index = self.length = self.tree = self.generator = None
         self.finish: str | None = None  # "stop", "length" or "cancelled" once done
         self.cancelled = False
@@ -128,6 +130,11 @@ class Row:
         if self.tree is not None:
             return self.tree.draft([self.index], np.array([max(room, 0)]))[0]
         match = self.index.match_length
+        if self.predicted is not None and self.predicted < len(self.prediction):  # a prediction is drafted
+            # whatever the cost curve says of short guesses: it is the answer the client expects
+            n = min(len(self.prediction) - self.predicted, room, max(budget, PREDICTION_TOKENS))
+            if n > 0:
+                return Draft.chain(self.prediction[self.predicted:self.predicted + n].copy(), max(match, 1))
         if self.sampling.greedy and match:
             budget = max(budget, min(fill, room, self.length.max_tokens))
         return Draft.chain(self.index.propose(budget), match) if budget > 0 else Draft.empty(match)
@@ -181,6 +188,8 @@ class Row:
                 break
         if self.index is not None:
             self.index.extend(np.asarray(tokens[:kept], dtype=np.int64))
+        if self.predicted is not None or (self.prediction is not None and len(self.prediction)):
+            self.predicted = _follow(self.prediction, self.predicted, self.out, kept)
         if self.first_token is None:
             self.first_token = time.perf_counter()
         new = self.text.update(self.out, final=self.done)
@@ -197,6 +206,36 @@ class Row:
         if self.finished is None:
             self.finish, self.finished = finish, time.perf_counter()
             self.emit(("done", finish))
+
+
+PREDICTION_TOKENS = 32  # most prediction tokens a step verifies (more when the row's policy asks for more)
+ALIGN = 4  # answer tokens found in the prediction to go on after them, once the answer left it
+
+
+def _follow(prediction: np.ndarray, at, out: list, new: int):
+    """Where the prediction goes on after the answer `out`, whose last `new` tokens are new: past them where the
+    prediction holds them at `at`, else after the first place (from `at` on, then anywhere) that holds the answer's
+    last `ALIGN` tokens; None where none does."""
+    tail = np.asarray(out[-new:], dtype=np.int64) if new else np.zeros(0, dtype=np.int64)
+    if at is not None and np.array_equal(prediction[at:at + len(tail)], tail):
+        return at + len(tail)
+    key = np.asarray(out[-ALIGN:], dtype=np.int64)
+    if len(key) < min(ALIGN, len(prediction)):
+        return None
+    for start in ([at] if at is not None else []) + [0]:
+        found = _find(prediction, key, start)
+        if found is not None:
+            return found + len(key)
+    return None
+
+
+def _find(haystack: np.ndarray, needle: np.ndarray, start: int):
+    """The first index >= start where `needle` runs in `haystack`, or None."""
+    hay, pin = haystack.astype(np.int64).tobytes(), needle.astype(np.int64).tobytes()
+    at = hay.find(pin, 8 * start)
+    while at >= 0 and at % 8:
+        at = hay.find(pin, at + 1)
+    return None if at < 0 else at // 8
 
 
 def _first_path(parents: np.ndarray) -> np.ndarray:

@@ -99,6 +99,38 @@ def test_a_new_process_reuses_the_curve_measured_for_the_same_model(tmp_path, mo
     assert len(list((tmp_path / "cost-curves").iterdir())) == 2
 
 
+def test_a_curve_measured_on_a_busy_cpu_is_not_kept(tmp_path, monkeypatch):
+    """A measurement during which the process ran well under its share of the wall time (other work held the CPU)
+    serves the process that took it, and is not kept: a new process measures again (issue 48)."""
+    from lookahead._store import Store
+    from lookahead.decode import calibrate
+
+    real = calibrate._timed
+    monkeypatch.setattr(calibrate, "_timed", lambda *a: (real(*a)[0], 0.3))  # the CPU was busy
+    store = Store(tmp_path)
+    curve = calibrate.measured_draft_cost(tiny_model("llama"), 8, store)
+    assert curve.cpu_share == 0.3 and not (tmp_path / "cost-curves").exists()
+    monkeypatch.setattr(calibrate, "_timed", lambda *a: (real(*a)[0], 0.95))  # quiet again
+    calibrate.measured_draft_cost(tiny_model("llama", seed=1), 8, store)
+    assert len(list((tmp_path / "cost-curves").iterdir())) == 1
+
+
+def test_a_kept_curve_the_machine_now_beats_is_measured_again(tmp_path):
+    """A kept curve whose one-token forward took far longer than it takes now (measured while the machine was slow)
+    is measured again when a process loads it, and the new curve replaces it; one that still holds is reused."""
+    from lookahead._store import Store
+    from lookahead.decode import calibrate
+
+    model, store = tiny_model("llama"), Store(tmp_path)
+    key = calibrate.curve_key(model, 8)
+    store.put("cost-curves", key, {"costs": [1.0] + [50.0] * 8, "seconds": 1.0})  # wide forwards "cost" 50
+    curve = calibrate.measured_draft_cost(model, 8, store)
+    assert curve.raw[8] < 50 and store.get("cost-curves", key)["seconds"] < 0.5
+    kept = store.get("cost-curves", key)
+    assert calibrate.measured_draft_cost(tiny_model("llama", seed=1), 8, store).raw.tolist() == \
+        [float("inf") if c is None else c for c in kept["costs"]]
+
+
 def test_packed_linear_row_counts_are_timed_once_per_machine(tmp_path, monkeypatch):
     """The row counts at which packed weights are faster are kept on disk: a new model of the same shapes (a new
     process) reads them back instead of timing."""

@@ -5,6 +5,12 @@ every verified token adds compute, and on a CPU any multi-token forward costs we
 matrix-vector product). `measure_draft_cost` times forwards over a filled KV cache and returns the measured curve;
 pass it as `generate(..., draft_cost=...)`, or pass `draft_cost="auto"` to have it measured once per model (and
 device, dtype and thread count) on first use and kept on disk for later processes (`lookahead._store`).
+
+A measurement taken while other work holds the CPU says wide forwards cost more than they do on a quiet machine,
+and would switch drafting off for good. So a curve is kept on disk only when the process had the CPU to itself while
+it measured (`BUSY`: its threads ran at least that share of the wall time), and a kept curve is checked when a new
+process loads it: a few one-token forwards timed against the one-token time it was measured with; a machine that is
+now clearly faster (`FASTER`) measures it again.
 """
 from __future__ import annotations
 
@@ -25,6 +31,9 @@ from .policy import CostCurve, as_cost
 from .settings import DRAFT_TOKENS
 
 logger = logging.getLogger(__name__)
+BUSY = 0.7  # a measurement whose threads ran less than this share of its wall time was taken on a busy CPU
+FASTER = 0.6  # a kept curve whose one-token forward now takes less than this share of its measured time is stale
+NOISE = 2e-3  # seconds a one-token forward's time may move by without meaning anything
 _MEASURED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> {conditions: CostCurve}
 
 
@@ -33,6 +42,12 @@ def forward_times(model, sizes=(1, 4, 8, 16, 32), context: int = 512, batch: int
 
     The sizes take turns (one round warms up, then `repeats` timed rounds), so that drift in the machine's speed
     falls on every size alike rather than on whichever was timed first."""
+    return _timed(model, sizes, context, batch, repeats)[0]
+
+
+def _timed(model, sizes, context: int, batch: int, repeats: int) -> tuple:
+    """(`forward_times`, the share of the wall time this process's threads ran meanwhile: well under 1 when other
+    work held the CPU)."""
     device = model.device
     vocab = model.get_input_embeddings().num_embeddings
     g = torch.Generator().manual_seed(0)
@@ -40,6 +55,7 @@ def forward_times(model, sizes=(1, 4, 8, 16, 32), context: int = 512, batch: int
     kv = cache_kwarg(model)
     with torch.inference_mode(), packed_attention(model), packed_linears(model):  # as a call's forwards run (`decode`)
         cache = new_cache(model)
+        wall, cpu = time.perf_counter(), time.process_time()
         model(input_ids=torch.randint(0, vocab, (batch, context), generator=g).to(device), **{kv: cache},
               use_cache=True)
         for _ in range(repeats + 1):
@@ -49,7 +65,8 @@ def forward_times(model, sizes=(1, 4, 8, 16, 32), context: int = 512, batch: int
                 model(input_ids=ids, **{kv: cache}, use_cache=True).logits.argmax(-1).cpu()
                 samples[n].append(time.perf_counter() - start)
                 rollback(cache, context, context + n)  # (recurrent states run on: only time counts here)
-    return {n: float(np.median(t[1:])) for n, t in samples.items()}
+        share = (time.process_time() - cpu) / max(time.perf_counter() - wall, 1e-9) / torch.get_num_threads()
+    return {n: float(np.median(t[1:])) for n, t in samples.items()}, float(share)
 
 
 CONTEXT = 512  # cached tokens the forwards are timed after
@@ -73,11 +90,13 @@ def measure_draft_cost(model, context: int = CONTEXT, batch: int = 1, max_tokens
         context = max(limit - sizes[-1], 1)
         if context + sizes[-1] > limit:
             raise ValueError(f"max_tokens={max_tokens} does not fit the model's position limit of {limit} tokens")
-    times = forward_times(model, sizes, context, batch)
+    times, share = _timed(model, sizes, context, batch, 3)
     curve = np.full(max_tokens + 1, np.inf)
     for n in sizes:
         curve[n - 1] = times[n] / times[1]
-    return CostCurve(curve)
+    curve = CostCurve(curve)
+    curve.seconds, curve.cpu_share = times[1], share  # a one-token forward, and how busy the CPU was
+    return curve
 
 
 def widths(most: int) -> list:
@@ -91,7 +110,8 @@ def widths(most: int) -> list:
 
 def measured_draft_cost(model, max_tokens: int, store: Store | None = None) -> CostCurve:
     """`measure_draft_cost(model, max_tokens=max_tokens)`, measured once per model, device, dtype and thread count,
-    and kept on disk for the next process (like numba's cache; `lookahead._store`).
+    and kept on disk for the next process (like numba's cache; `lookahead._store`) when it was measured on a CPU
+    this process had to itself; a kept curve that a quick check finds stale (`fresh`) is measured again.
 
     Args:
         store: where measured curves are kept (default `Store.default()`, ~/.cache/lookahead; ``Store(None)`` keeps
@@ -102,16 +122,57 @@ def measured_draft_cost(model, max_tokens: int, store: Store | None = None) -> C
     if key not in known:
         store = Store.default() if store is None else store
         stored_key = curve_key(model, max_tokens)
-        raw = store.get("cost-curves", stored_key)
-        if raw is None:
-            start = time.perf_counter()
-            curve = measure_draft_cost(model, max_tokens=max_tokens)
-            logger.info("lookahead: measured the verification cost in %.1f s: %r", time.perf_counter() - start, curve)
-            store.put("cost-curves", stored_key, [c if c < float("inf") else None for c in curve.raw.tolist()])
-        else:
-            curve = CostCurve([float("inf") if c is None else c for c in raw])
+        curve = _stored(store.get("cost-curves", stored_key))
+        if curve is None or not fresh(model, curve):
+            curve = _measure(model, max_tokens)
+            if curve.cpu_share >= BUSY:
+                store.put("cost-curves", stored_key, {"costs": [c if c < float("inf") else None
+                                                                for c in curve.raw.tolist()],
+                                                      "seconds": curve.seconds})
         known[key] = curve
     return known[key]
+
+
+def _measure(model, max_tokens: int) -> CostCurve:
+    """`measure_draft_cost`, saying so (once per model and process: a few seconds on a CPU)."""
+    logger.warning("lookahead: measuring what verifying drafts costs %s on this machine (about 60 forwards, kept "
+                   "for later processes)", type(model).__name__)
+    start = time.perf_counter()
+    curve = measure_draft_cost(model, max_tokens=max_tokens)
+    if curve.cpu_share < BUSY:
+        logger.warning("lookahead: measured while the CPU was busy (this process ran %.0f%% of the time it asked "
+                       "for): the curve serves this process only and is measured again by the next",
+                       100 * curve.cpu_share)
+    logger.info("lookahead: measured the verification cost in %.1f s: %r", time.perf_counter() - start, curve)
+    return curve
+
+
+def _stored(raw) -> CostCurve | None:
+    """A kept curve (costs, and the one-token forward's seconds when it was measured), or None."""
+    if raw is None:
+        return None
+    costs, seconds = (raw.get("costs"), raw.get("seconds")) if isinstance(raw, dict) else (raw, None)
+    try:
+        curve = CostCurve([float("inf") if c is None else c for c in costs])
+    except (TypeError, ValueError):
+        return None
+    curve.seconds = seconds
+    return curve
+
+
+def fresh(model, curve: CostCurve, repeats: int = 3) -> bool:
+    """Whether a kept curve still holds here: a one-token forward after `CONTEXT` cached tokens takes at least
+    `FASTER` times what it took when the curve was measured (a curve measured on a busy CPU made every forward look
+    slow, wide ones most). A curve kept without its time is taken as it is."""
+    if not getattr(curve, "seconds", None):
+        return True
+    now = forward_times(model, (1,), min(CONTEXT, (position_limit(model.config) or 2 * CONTEXT) // 2), 1,
+                        repeats)[1]
+    if now >= FASTER * curve.seconds or curve.seconds - now < NOISE:
+        return True
+    logger.warning("lookahead: a one-token forward takes %.1f ms now against %.1f ms when the verification cost was "
+                   "measured: measuring it again", 1e3 * now, 1e3 * curve.seconds)
+    return False
 
 
 def curve_key(model, max_tokens: int) -> dict:

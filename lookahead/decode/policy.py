@@ -38,6 +38,9 @@ class CostCurve:
         ([1.0, 1.8, 1.8, 1.8], [0, 3, 3, 3])
     """
 
+    seconds = None  # a one-token forward's time when the curve was measured (None: not measured here)
+    cpu_share = None  # the share of its wall time the measuring process's threads ran (None: not measured here)
+
     def __init__(self, costs):
         raw = np.asarray(costs, dtype=float)
         if (raw.ndim != 1 or len(raw) < 2 or np.any(np.isnan(raw)) or not np.isfinite(raw[0])

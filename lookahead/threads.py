@@ -48,14 +48,42 @@ def busy_cores(interval: float = 0.5) -> float:
     return max(share, 0.0) * (os.cpu_count() or 1)
 
 
+class OtherWork:
+    """How many cores other processes kept busy while a block ran (its own threads left out): ``/proc/stat``'s
+    non-idle time less niced time (work that yields the CPU, such as lookahead's background compiler) and this
+    process's CPU time, over the wall time; None where ``/proc/stat`` is missing.
+
+    Example::
+
+        with OtherWork() as others:
+            timings = time_forwards()
+        others.cores            # 0.0-0.2 on a quiet machine, about 2 beside two busy loops
+    """
+
+    cores = None
+
+    def __enter__(self) -> "OtherWork":
+        self._start = _cpu_times(), time.process_time(), time.perf_counter()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        (first, cpu, wall), second = self._start, _cpu_times()
+        if first is None or second is None:
+            return
+        hertz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        busy = ((second[0] - first[0]) - (second[1] - first[1]) - (second[2] - first[2])) / hertz \
+            - (time.process_time() - cpu)
+        self.cores = max(busy, 0.0) / max(time.perf_counter() - wall, 1e-9)
+
+
 def _cpu_times() -> tuple | None:
-    """(all jiffies, idle + iowait jiffies) of the machine, or None without ``/proc/stat``."""
+    """(all jiffies, idle + iowait jiffies, niced jiffies) of the machine, or None without ``/proc/stat``."""
     try:
         with open("/proc/stat", encoding="ascii") as f:
             fields = [int(x) for x in f.readline().split()[1:]]
     except (OSError, ValueError):
         return None
-    return sum(fields[:8]), fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return sum(fields[:8]), fields[3] + (fields[4] if len(fields) > 4 else 0), fields[1]
 
 
 def free_cores(interval: float = 0.5) -> int:

@@ -7,10 +7,10 @@ pass it as `generate(..., draft_cost=...)`, or pass `draft_cost="auto"` to have 
 device, dtype and thread count) on first use and kept on disk for later processes (`lookahead._store`).
 
 A measurement taken while other work holds the CPU says wide forwards cost more than they do on a quiet machine,
-and would switch drafting off for good. So a curve is kept on disk only when the process had the CPU to itself while
-it measured (`BUSY`: its threads ran at least that share of the wall time), and a kept curve is checked when a new
-process loads it: a few one-token forwards timed against the one-token time it was measured with; a machine that is
-now clearly faster (`FASTER`) measures it again.
+and would switch drafting off for good. So a curve is kept on disk only when no other process kept `BUSY` cores
+busy while it was measured (`lookahead.threads.OtherWork`), and a kept curve is checked when a new process loads it:
+a few one-token forwards timed against the one-token time it was measured with; a machine that is now clearly
+faster (`FASTER`) measures it again.
 """
 from __future__ import annotations
 
@@ -27,11 +27,12 @@ from ..model.cache import new_cache, rollback
 from ..model.facts import ModelFacts, cache_kwarg, position_limit
 from ..model.linear import packed_linears
 from .._store import Store, machine
+from ..threads import OtherWork
 from .policy import CostCurve, as_cost
 from .settings import DRAFT_TOKENS
 
 logger = logging.getLogger(__name__)
-BUSY = 0.7  # a measurement whose threads ran less than this share of its wall time was taken on a busy CPU
+BUSY = 0.5  # a measurement while other processes kept this many cores busy (on average) was taken on a busy CPU
 FASTER = 0.6  # a kept curve whose one-token forward now takes less than this share of its measured time is stale
 NOISE = 2e-3  # seconds a one-token forward's time may move by without meaning anything
 _MEASURED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> {conditions: CostCurve}
@@ -46,8 +47,7 @@ def forward_times(model, sizes=(1, 4, 8, 16, 32), context: int = 512, batch: int
 
 
 def _timed(model, sizes, context: int, batch: int, repeats: int) -> tuple:
-    """(`forward_times`, the share of the wall time this process's threads ran meanwhile: well under 1 when other
-    work held the CPU)."""
+    """(`forward_times`, the cores other processes kept busy meanwhile: None where that cannot be seen)."""
     device = model.device
     vocab = model.get_input_embeddings().num_embeddings
     g = torch.Generator().manual_seed(0)
@@ -55,7 +55,7 @@ def _timed(model, sizes, context: int, batch: int, repeats: int) -> tuple:
     kv = cache_kwarg(model)
     with torch.inference_mode(), packed_attention(model), packed_linears(model):  # as a call's forwards run (`decode`)
         cache = new_cache(model)
-        wall, cpu = time.perf_counter(), time.process_time()
+        others = OtherWork().__enter__()
         model(input_ids=torch.randint(0, vocab, (batch, context), generator=g).to(device), **{kv: cache},
               use_cache=True)
         for _ in range(repeats + 1):
@@ -65,8 +65,8 @@ def _timed(model, sizes, context: int, batch: int, repeats: int) -> tuple:
                 model(input_ids=ids, **{kv: cache}, use_cache=True).logits.argmax(-1).cpu()
                 samples[n].append(time.perf_counter() - start)
                 rollback(cache, context, context + n)  # (recurrent states run on: only time counts here)
-        share = (time.process_time() - cpu) / max(time.perf_counter() - wall, 1e-9) / torch.get_num_threads()
-    return {n: float(np.median(t[1:])) for n, t in samples.items()}, float(share)
+        others.__exit__(None, None, None)
+    return {n: float(np.median(t[1:])) for n, t in samples.items()}, others.cores
 
 
 CONTEXT = 512  # cached tokens the forwards are timed after
@@ -95,7 +95,7 @@ def measure_draft_cost(model, context: int = CONTEXT, batch: int = 1, max_tokens
     for n in sizes:
         curve[n - 1] = times[n] / times[1]
     curve = CostCurve(curve)
-    curve.seconds, curve.cpu_share = times[1], share  # a one-token forward, and how busy the CPU was
+    curve.seconds, curve.busy = times[1], share  # a one-token forward, and how busy the CPU was
     return curve
 
 
@@ -125,7 +125,7 @@ def measured_draft_cost(model, max_tokens: int, store: Store | None = None) -> C
         curve = _stored(store.get("cost-curves", stored_key))
         if curve is None or not fresh(model, curve):
             curve = _measure(model, max_tokens)
-            if curve.cpu_share >= BUSY:
+            if curve.busy is None or curve.busy < BUSY:
                 store.put("cost-curves", stored_key, {"costs": [c if c < float("inf") else None
                                                                 for c in curve.raw.tolist()],
                                                       "seconds": curve.seconds})
@@ -139,10 +139,9 @@ def _measure(model, max_tokens: int) -> CostCurve:
                    "for later processes)", type(model).__name__)
     start = time.perf_counter()
     curve = measure_draft_cost(model, max_tokens=max_tokens)
-    if curve.cpu_share < BUSY:
-        logger.warning("lookahead: measured while the CPU was busy (this process ran %.0f%% of the time it asked "
-                       "for): the curve serves this process only and is measured again by the next",
-                       100 * curve.cpu_share)
+    if curve.busy is not None and curve.busy >= BUSY:
+        logger.warning("lookahead: measured while other processes kept %.1f cores busy: the curve serves this "
+                       "process only and is measured again by the next", curve.busy)
     logger.info("lookahead: measured the verification cost in %.1f s: %r", time.perf_counter() - start, curve)
     return curve
 

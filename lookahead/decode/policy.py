@@ -39,7 +39,7 @@ class CostCurve:
     """
 
     seconds = None  # a one-token forward's time when the curve was measured (None: not measured here)
-    cpu_share = None  # the share of its wall time the measuring process's threads ran (None: not measured here)
+    busy = None  # cores other processes kept busy while it was measured (None: not measured here, or not seen)
 
     def __init__(self, costs):
         raw = np.asarray(costs, dtype=float)

@@ -25,7 +25,8 @@ def add_parser(sub) -> None:
                    help="new tokens of a chat request that sets no max_tokens (default 256)")
     p.add_argument("--device", default="cpu", help="cpu, cuda, ... (default cpu)")
     p.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32", help="(default fp32)")
-    p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads (default: torch's)")
+    p.add_argument("--threads", type=positive_int, default=None,
+                   help="torch CPU threads (default: torch's, one per core; never chosen from the load of the moment)")
     p.add_argument("--engine", choices=("local", "ray"), default="local",
                    help="local: this process; ray: --replicas model replicas behind Ray Serve "
                         "(pip install \"lookahead[ray]\")")

@@ -251,8 +251,12 @@ class Engine:
         self.rows, self.last = [self.rows[i] for i in keep], self.last[keep]
 
     def _finished(self, row, finish: str) -> None:
-        """Close a row, remember it (the memory), count it."""
+        """Close a row, remember it (the memory), count it, log what it drafted."""
         row.close(finish)
+        c = row.counters
+        logger.info("lookahead serve: a row ended (%s): %d tokens in %d forwards; drafted %d, accepted %d; from the "
+                    "prediction drafted %d, accepted %d", row.finish, len(row.out), c.forwards, c.drafted, c.accepted,
+                    c.prediction_accepted + c.prediction_rejected, c.prediction_accepted)
         if self.memory is not None and row.finish != "cancelled":
             self.memory.add_tokens(np.concatenate([row.prompt, np.asarray(row.out, dtype=np.int64)]))
         if self.metrics is not None:

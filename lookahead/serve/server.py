@@ -2,6 +2,7 @@
 a thread on an ephemeral port (`Running`: the tests and benchmarks/serve.py)."""
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
@@ -12,6 +13,8 @@ from ..index.memory import Memory
 from .app import Served, make_app
 from .engine import Engine
 from .metrics import Metrics
+
+logger = logging.getLogger("lookahead.serve")
 
 
 def build(model: str | None = None, device: str = "cpu", dtype: str = "fp32", memory: int = 0,
@@ -70,16 +73,29 @@ class Running:
 
 
 def serve(args) -> int:
-    """`lookahead serve`: build the server and run it until interrupted."""
-    if args.threads is not None:
-        import torch
+    """`lookahead serve`: build the server and run it until interrupted; its log (`lookahead.serve`, at
+    --log-level) names what runs, then each request's tokens, forwards and drafts."""
+    import torch
 
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(levelname)s:     %(message)s"))
+    log = logging.getLogger("lookahead")
+    log.addHandler(handler)
+    log.setLevel(args.log_level.upper())
+    if args.threads is not None:
         torch.set_num_threads(args.threads)
     if args.engine == "ray":
         from .ray_engine import run as run_ray
 
         return run_ray(args)
     app, served = build(args.model, args.device, args.dtype, args.memory, args.max_tokens, args.served_model_name)
+    engine = served.engine
+    logger.info("lookahead serve: %s (%s, %s parameters) on %s in %s, %d CPU threads (%s), memory %s, engine %s, "
+                "http://%s:%d/v1", served.name, engine.facts.name,
+                f"{sum(p.numel() for p in engine.model.parameters()) / 1e6:.1f}M", engine.facts.device,
+                str(engine.facts.dtype).replace("torch.", ""), torch.get_num_threads(),
+                "--threads" if args.threads is not None else "torch's default: one per core",
+                f"{args.memory} tokens" if args.memory else "none", args.engine, args.host, args.port)
     try:
         uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
     finally:

@@ -133,7 +133,12 @@ class Checkpoints:
         self.seconds = 0.0  # host time taking checkpoints and settling states (what following the path costs)
         self.calls = []  # (module, hidden_states [b, T, H], other args, kwargs) of the forward
         self._recording = False
-        self._hooks = [m.register_forward_pre_hook(self._record, with_kwargs=True) for m in recurrent_modules(model)]
+        modules = recurrent_modules(model)
+        self._hooks = [m.register_forward_pre_hook(self._record, with_kwargs=True) for m in modules]
+        # the linear layers inside the recurrent modules: their outputs in the forward, replayed when the modules run
+        # again over a row's kept tokens (the same inputs, cut there), so that settling computes no projection
+        self.linears = {linear: [] for m in modules for linear in m.modules() if isinstance(linear, torch.nn.Linear)}
+        self._hooks += [linear.register_forward_hook(self._keep) for linear in self.linears]
 
     def close(self) -> None:
         """Remove the hooks from the model."""
@@ -150,6 +155,32 @@ class Checkpoints:
         rest = {k: v for k, v in kwargs.items() if k != "hidden_states"}
         self.calls.append((module, hidden, args[1:], rest))
         return args, kwargs
+
+    def _keep(self, linear, args, output):
+        if self._recording:
+            self.linears[linear].append(output)
+
+    @contextlib.contextmanager
+    def _replayed(self, width: int):
+        """Within: each linear layer of the recurrent modules returns its outputs of the forward over `width`
+        tokens, token after token, instead of computing them (a rerun over a row's kept tokens sees the same inputs,
+        in order); a layer whose outputs do not cover the forward's tokens once (called twice a token) computes."""
+        changed = []
+        for linear, outputs in self.linears.items():
+            if sum(out.shape[1] if out.dim() == 3 else -1 for out in outputs) != width:
+                continue
+            own = vars(linear).get("forward")  # a forward set for the call (packed weights), or None
+            changed.append((linear, own))
+            linear.forward = functools.partial(_replay, [[out, 0] for out in outputs],
+                                               own or type(linear).forward.__get__(linear))
+        try:
+            yield
+        finally:
+            for linear, own in changed:
+                if own is None:
+                    del linear.forward
+                else:
+                    linear.forward = own
 
     def _states(self) -> list:
         """(layer, kind, state index, tensor) of every state the recurrent layers hold now; a layer that records its
@@ -177,6 +208,8 @@ class Checkpoints:
         self.saved = [(i, kind, j, state.clone()) for i, kind, j, state in self._states()]
         self.seconds += time.perf_counter() - start
         self.calls, self._recording = [], True
+        for outputs in self.linears.values():
+            outputs.clear()
         try:
             yield
         finally:
@@ -193,7 +226,7 @@ class Checkpoints:
         for n in sorted({int(n) for n in kept if int(n) < width}):
             rows = torch.tensor([r for r, k in enumerate(kept) if int(k) == n], device=final[0].device)
             self._put(self.saved, [saved.clone() for *_, saved in self.saved])
-            with torch.inference_mode():
+            with torch.inference_mode(), self._replayed(width):
                 for module, hidden, args, kwargs in self.calls:
                     kwargs = _cut(kwargs, width, 0, n)
                     if "attention_mask" in kwargs:  # every kept token is a real one
@@ -207,6 +240,20 @@ class Checkpoints:
         if final and final[0].device.type == "cuda":  # the time is the device's
             torch.cuda.synchronize(final[0].device)
         self.seconds += time.perf_counter() - start
+
+
+def _replay(outputs: list, forward, x: torch.Tensor) -> torch.Tensor:
+    """x's tokens [b, m, in] of the recorded outputs ([output [b, T, out], tokens already given] in order), else
+    `forward(x)`."""
+    while outputs and outputs[0][1] >= outputs[0][0].shape[1]:
+        outputs.pop(0)
+    if not outputs or x.dim() != 3 or outputs[0][0].shape[0] != x.shape[0]:
+        return forward(x)
+    out, at = outputs[0]
+    if at + x.shape[1] > out.shape[1]:
+        return forward(x)
+    outputs[0][1] = at + x.shape[1]
+    return out[:, at:at + x.shape[1]]
 
 
 def select_state_rows(cache, rows: torch.Tensor) -> None:

@@ -54,8 +54,9 @@ def run(models: dict, workloads: dict, max_new: int) -> dict:
 
     results = {}
     prompt = torch.as_tensor(next(iter(workloads.values()))[0][0], dtype=torch.long)[None]
-    for m in models.values():  # measures each model's draft cost curve (kept on disk) and loads the kernels
-        lookahead.generate(m, prompt, max_new_tokens=8)
+    for m in models.values():  # measures each model's draft cost curve (kept on disk) and loads the kernels; the
+        lookahead.generate(m, prompt, max_new_tokens=8)  # first greedy call of a hybrid loads transformers' fallbacks
+        m.generate(prompt, do_sample=False, max_new_tokens=8)
     for workload, traces in workloads.items():
         for prompt, output in traces:
             for name, m in models.items():

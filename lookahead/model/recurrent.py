@@ -34,9 +34,11 @@ except ImportError:  # older transformers: no recurrent cache layers
 # tests/test_recurrent.py::test_several_tokens_continue_a_cached_state); they step one token at a time.
 STEPPED = frozenset({"MambaMixer", "FalconMambaMixer", "Mamba2Mixer", "BambaMixer", "JambaMambaMixer",
                      "NemotronHMamba2Mixer", "Zamba2MambaMixer"})
-# Gated delta nets whose forward hands its keyword arguments to transformers' chunked scan (`torch_chunk_gated_delta_rule`,
-# chunk_size=64 by default): a verification forward of T tokens from a cached state runs it with chunks of T, not padded
-# to 64 (the scan's Python loop runs once per position of a chunk).
+# Gated delta nets whose forward hands its keyword arguments to transformers' chunked scan
+# (`torch_chunk_gated_delta_rule`, chunk_size=64 by default): a verification forward of T tokens from a cached state runs it with chunks of `CHUNK`, not
+# padded to 64 (the scan loops over a chunk's positions, then over the chunks: on this CPU, hybrid shape of
+# benchmarks/hybrid.py, 11 tokens took 99 ms with chunks of 64, 93 ms of 11, 87 ms of 4).
+CHUNK = 4
 CHUNKED_SCANS = frozenset({"Qwen3_5GatedDeltaNet", "Qwen3_5MoeGatedDeltaNet", "Qwen3NextGatedDeltaNet",
                            "OlmoHybridGatedDeltaNet", "LaraMiniGatedDeltaNet"})
 # Module classes whose states lookahead does not follow yet, and why (tests/test_families.py shows the refusal).
@@ -150,8 +152,8 @@ class Checkpoints:
         if not self._recording:
             return None
         hidden = args[0] if args else kwargs["hidden_states"]
-        if type(module).__name__ in CHUNKED_SCANS:  # chunks of the step's width
-            kwargs = dict(kwargs, chunk_size=hidden.shape[1])
+        if type(module).__name__ in CHUNKED_SCANS:  # short chunks
+            kwargs = dict(kwargs, chunk_size=min(CHUNK, hidden.shape[1]))
         rest = {k: v for k, v in kwargs.items() if k != "hidden_states"}
         self.calls.append((module, hidden, args[1:], rest))
         return args, kwargs
@@ -232,7 +234,7 @@ class Checkpoints:
                     if "attention_mask" in kwargs:  # every kept token is a real one
                         kwargs["attention_mask"] = None
                     if "chunk_size" in kwargs:
-                        kwargs["chunk_size"] = n
+                        kwargs["chunk_size"] = min(CHUNK, n)
                     module(hidden[:, :n].contiguous(), *args, **kwargs)
             for out, (*_, state) in zip(final, self._states()):
                 out[rows] = state[rows]

@@ -35,9 +35,9 @@ except ImportError:  # older transformers: no recurrent cache layers
 STEPPED = frozenset({"MambaMixer", "FalconMambaMixer", "Mamba2Mixer", "BambaMixer", "JambaMambaMixer",
                      "NemotronHMamba2Mixer", "Zamba2MambaMixer"})
 # Gated delta nets whose forward hands its keyword arguments to transformers' chunked scan
-# (`torch_chunk_gated_delta_rule`, chunk_size=64 by default): a verification forward of T tokens from a cached state runs it with chunks of `CHUNK`, not
-# padded to 64 (the scan loops over a chunk's positions, then over the chunks: on this CPU, hybrid shape of
-# benchmarks/hybrid.py, 11 tokens took 99 ms with chunks of 64, 93 ms of 11, 87 ms of 4).
+# (`torch_chunk_gated_delta_rule`, chunk_size=64 by default): a verification forward of T tokens from a cached state
+# runs it with chunks of `CHUNK`, not padded to 64 (the scan loops over a chunk's positions, then over the chunks: on
+# this CPU, the hybrid of benchmarks/hybrid.py, 11 tokens took 99 ms with chunks of 64, 93 ms of 11, 87 ms of 4).
 CHUNK = 4
 CHUNKED_SCANS = frozenset({"Qwen3_5GatedDeltaNet", "Qwen3_5MoeGatedDeltaNet", "Qwen3NextGatedDeltaNet",
                            "OlmoHybridGatedDeltaNet", "LaraMiniGatedDeltaNet"})

@@ -1,7 +1,7 @@
 """A first call made on a busy CPU must not switch drafting off for later calls on a quiet one (issue 48).
 
-Three fresh processes, each one default `lookahead.generate` call of SmolLM2-135M-Instruct on a code edit (the
-demo's: rename a parameter in a short file), 2 torch threads:
+Three fresh processes, each one default `lookahead.generate` call of SmolLM2-135M-Instruct on a code edit (rename a
+parameter in a short file, `EDIT`), 2 torch threads:
 
 1. busy: a fresh lookahead cache (``XDG_CACHE_HOME``) while two busy loops hold the CPU: the call measures its cost
    curve under load;
@@ -24,16 +24,22 @@ import tempfile
 import time
 
 
+EDIT = ("Rename the parameter `values` to `samples` in this code and return the whole file:\n```python\n"
+        "def mean(values):\n    return sum(values) / len(values)\n\n\n"
+        "def variance(values):\n    m = mean(values)\n    return sum((v - m) ** 2 for v in values) / len(values)\n\n\n"
+        "def spread(values):\n    return max(values) - min(values)\n```")
+
+
 def child(max_new: int) -> dict:
     import torch
 
     import lookahead
     from lookahead import _jit
-    from lookahead.demo import DOCUMENT, INSTRUCTION, load
+    from lookahead.demo import load
 
     torch.set_num_threads(2)
     model, tok, _ = load("smollm2", "cpu")
-    messages = [{"role": "user", "content": f"{INSTRUCTION}\n\n```python\n{DOCUMENT}```"}]
+    messages = [{"role": "user", "content": EDIT}]
     ids = tok.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt",
                                   return_dict=True)["input_ids"]
     start = time.perf_counter()

@@ -40,7 +40,8 @@ def test_several_tokens_continue_a_cached_state(name):
     ids = F.prompt(60)
 
     def forward(cache, start, end):  # positions given, as lookahead gives them (not read from the cache's length)
-        return model(ids[:, start:end], cache=cache, use_cache=True, position_ids=torch.arange(start, end)[None]).logits[0]
+        positions = torch.arange(start, end)[None]
+        return model(ids[:, start:end], cache=cache, use_cache=True, position_ids=positions).logits[0]
 
     with torch.no_grad(), recurrent.stepping(model):
         for width in (3, 7):

@@ -352,7 +352,6 @@ def test_windowed_models_batch_each_request_equal_to_greedy(layer_types):
     import transformers as T
 
     from lookahead.serve.engine import Engine
-    from lookahead.serve.row import Drafting, Row, Sampling
 
     tok = models.load(models.default_model_path())[1]
     small = dict(vocab_size=512, bos_token_id=1, eos_token_id=None, pad_token_id=0, hidden_size=32,
@@ -368,17 +367,29 @@ def test_windowed_models_batch_each_request_equal_to_greedy(layer_types):
         prompts.append(torch.cat([span, torch.randint(3, 500, (15,), generator=g), span, span[:8]]).numpy())
     want = [model.generate(torch.as_tensor(p)[None], do_sample=False, max_new_tokens=48, pad_token_id=0)[0, len(p):]
             .tolist() for p in prompts]
-    engine, done, rows = Engine(model).start(), {}, []
+    engine = Engine(model)
+    rows = _joined(engine, prompts, 48, tok)
+    assert engine.error is None and [row.out for row in rows] == want
+
+
+def _joined(engine, prompts: list, max_new: int, tok, predictions=None) -> list:
+    """Start `engine`, submit a greedy row per prompt a step apart (so that they join the running batch), wait until
+    each is done, stop it; the rows."""
+    from lookahead.serve.row import Drafting, Row, Sampling
+
+    engine.start()
+    done, rows = {}, []
     try:
         for k, prompt in enumerate(prompts):
-            rows.append(Row(prompt.astype(np.int64), 48, (), Sampling(0.0), Drafting(), tok,
+            rows.append(Row(prompt.astype(np.int64), max_new, (), Sampling(0.0), Drafting(), tok,
+                            prediction=None if predictions is None else predictions[k],
                             emit=lambda event, k=k: event[0] == "done" and done.setdefault(k, event[1])))
             engine.submit(rows[-1])
             time.sleep(0.05)
-        assert _wait_for(lambda: len(done) == 3, 120)
+        assert _wait_for(lambda: len(done) == len(prompts), 120)
     finally:
         engine.stop()
-    assert engine.error is None and [row.out for row in rows] == want
+    return rows
 
 
 @pytest.mark.parametrize("name", ["qwen3_5_text", "lfm2", "mamba2"])
@@ -391,7 +402,6 @@ def test_recurrent_models_serve_each_joined_row_on_its_own_state(name):
     import families as F
 
     from lookahead.serve.engine import Engine
-    from lookahead.serve.row import Drafting, Row, Sampling
 
     if name not in F.causal_types():
         pytest.skip(f"transformers has no {name}")
@@ -400,15 +410,7 @@ def test_recurrent_models_serve_each_joined_row_on_its_own_state(name):
     prompts = [F.prompt(30 + 5 * k, seed=k)[0].numpy() for k in range(3)]
     want = [F.reference(model, torch.as_tensor(p)[None]).tolist() for p in prompts]
     predictions = [np.array([t if (i + 1) % 5 else (t + 1) % F.VOCAB for i, t in enumerate(w)]) for w in want]
-    engine, done, rows = Engine(model, draft_cost=0).start(), {}, []
-    try:
-        for k, prompt in enumerate(prompts):
-            rows.append(Row(prompt.astype(np.int64), F.NEW, (), Sampling(0.0), Drafting(), tok,
-                            prediction=predictions[k], emit=lambda event, k=k: event[0] == "done" and done.setdefault(k, event[1])))
-            engine.submit(rows[-1])
-            time.sleep(0.05)
-        assert _wait_for(lambda: len(done) == 3, 120)
-    finally:
-        engine.stop()
+    engine = Engine(model, draft_cost=0)
+    rows = _joined(engine, prompts, F.NEW, tok, predictions)
     assert engine.error is None and [row.out for row in rows] == want
     assert sum(row.counters.accepted for row in rows) >= F.NEW

@@ -222,4 +222,5 @@ def _start_background() -> None:
         _STARTED.append(None)
         logger.info("lookahead: cannot start the kernel compiler: %s", error)
     else:
-        logger.info("lookahead: numba is compiling the kernels in the background; calls run them as Python meanwhile")
+        logger.warning("lookahead: numba is compiling the kernels in the background (once per machine, a minute or "
+                       "two); calls run them as Python meanwhile, with the same tokens")

@@ -14,7 +14,7 @@ def add_parser(sub) -> None:
                                    "/v1/models, /health, /metrics): one decoding loop batches every request; a "
                                    "request's `prediction` and `lookahead` options steer its drafts.")
     p.add_argument("--model", default=None,
-                   help="folder, hub id, .gguf file or smollm2 (default: the bundled stories260K)")
+                   help="folder, hub id, .gguf file, smollm2 or gemma3 (default: the bundled stories260K)")
     p.add_argument("--served-model-name", default=None, help="the id clients name (default: --model)")
     p.add_argument("--host", default="127.0.0.1", help="(default 127.0.0.1)")
     p.add_argument("--port", type=non_negative_int, default=8000, help="(default 8000; 0: any free port)")

@@ -133,6 +133,7 @@ class Engine:
         finally:
             for row in self.rows + _drain(self.pending):
                 row.close("cancelled")
+            self._release()
 
     def _turn(self) -> None:
         """One turn of the loop. A step that fails ends the rows of its batch with an error (their clients hear
@@ -147,7 +148,7 @@ class Engine:
             logger.exception("lookahead serve: a step failed; its rows end with an error")
             for row in self.rows:
                 row.close("error")
-            self.rows, self.target, self.last = [], None, self.last[:0]
+            self._release()
         self._gauge()
 
     def _admit(self) -> None:
@@ -181,6 +182,7 @@ class Engine:
             else int(torch.multinomial(torch.softmax(row.sampling.warp(logits), -1), 1, generator=row.generator))
         if row.advance([token]):
             self._finished(row, row.finish)
+            one.close()  # its hooks (recurrent states) leave the model with it
             return
         if self.target is None:
             self.target = one
@@ -245,10 +247,16 @@ class Engine:
                 self._finished(row, row.finish or "cancelled")
         keep = [i for i, d in enumerate(done) if not d]
         if not keep:
-            self.rows, self.target, self.last = [], None, self.last[:0]
+            self._release()
             return
         self.target.keep(keep)
         self.rows, self.last = [self.rows[i] for i in keep], self.last[keep]
+
+    def _release(self) -> None:
+        """The batch is over: no rows, no target (whose hooks leave the model)."""
+        if self.target is not None:
+            self.target.close()
+        self.rows, self.target, self.last = [], None, self.last[:0]
 
     def _finished(self, row, finish: str) -> None:
         """Close a row, remember it (the memory), count it, log what it drafted."""

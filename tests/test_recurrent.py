@@ -127,13 +127,15 @@ def test_what_a_state_cannot_follow_is_refused_by_name(kwargs, message):
 
 
 def test_the_model_is_left_as_it_was():
-    """After a call (and after a failing one), no hook of lookahead's stays on the recurrent modules and the stepped
-    ones have their own forward back."""
+    """After a call (and after failing ones, before and after the target is built), no hook of lookahead's stays on
+    the recurrent modules and the stepped ones have their own forward back."""
     model = _model("nemotron_h")
     modules = recurrent.recurrent_modules(model)
     lookahead.generate(model, F.prompt(), max_new_tokens=8)
     with pytest.raises(ValueError):
         lookahead.generate(model, F.prompt(), max_new_tokens=8, num_beams=2)
+    with pytest.raises(ValueError, match="documents must hold token ids"):  # refused once the target is built
+        lookahead.generate(model, F.prompt(), max_new_tokens=8, documents=[[F.VOCAB + 5, 3, 4]])
     for module in modules:
         assert not module._forward_pre_hooks
         assert "forward" not in vars(module)

@@ -134,12 +134,17 @@ class Checkpoints:
         self.saved = None  # [(layer index, kind, state index, tensor)] before the forward
         self.seconds = 0.0  # host time taking checkpoints and settling states (what following the path costs)
         self.calls = []  # (module, hidden_states [b, T, H], other args, kwargs) of the forward
-        self._recording = False
-        modules = recurrent_modules(model)
-        self._hooks = [m.register_forward_pre_hook(self._record, with_kwargs=True) for m in modules]
+        self._recording, self._hooks = False, []
+        self.modules = recurrent_modules(model)
         # the linear layers inside the recurrent modules: their outputs in the forward, replayed when the modules run
         # again over a row's kept tokens (the same inputs, cut there), so that settling computes no projection
-        self.linears = {linear: [] for m in modules for linear in m.modules() if isinstance(linear, torch.nn.Linear)}
+        self.linears = {linear: [] for m in self.modules for linear in m.modules()
+                        if isinstance(linear, torch.nn.Linear)}
+
+    def _hook(self) -> None:
+        """Put the hooks on the model (at the first verification forward, so that a call that fails before its loop
+        leaves none; `close` takes them off)."""
+        self._hooks = [m.register_forward_pre_hook(self._record, with_kwargs=True) for m in self.modules]
         self._hooks += [linear.register_forward_hook(self._keep) for linear in self.linears]
 
     def close(self) -> None:
@@ -206,6 +211,8 @@ class Checkpoints:
     @contextlib.contextmanager
     def forward(self):
         """Around a verification forward: checkpoint the states, record the recurrent modules' inputs."""
+        if not self._hooks:
+            self._hook()
         start = time.perf_counter()
         self.saved = [(i, kind, j, state.clone()) for i, kind, j, state in self._states()]
         self.seconds += time.perf_counter() - start

@@ -11,7 +11,7 @@ ALLOWED = {
     "index": {"_checks", "_jit"},
     "verify": {"index", "_jit"},
     "model": {"_checks", "_store", "_jit", "verify"},
-    "decode": {"_checks", "_store", "_jit", "index", "verify", "model"},
+    "decode": {"_checks", "_store", "_jit", "threads", "index", "verify", "model"},
     "_validate": {"_checks", "model"},
     "generate": {"_checks", "_jit", "_validate", "index", "verify", "model", "decode"},
     "_warm": {"_jit", "generate", "models", "serve"},

@@ -136,7 +136,7 @@ def measured_draft_cost(model, max_tokens: int, store: Store | None = None) -> C
 def _measure(model, max_tokens: int) -> CostCurve:
     """`measure_draft_cost`, saying so (once per model and process: a few seconds on a CPU)."""
     logger.warning("lookahead: measuring what verifying drafts costs %s on this machine (about 60 forwards, kept "
-                   "for later processes)", type(model).__name__)
+                   "for later processes)", getattr(model.config, "_name_or_path", "") or type(model).__name__)
     start = time.perf_counter()
     curve = measure_draft_cost(model, max_tokens=max_tokens)
     if curve.busy is not None and curve.busy >= BUSY:

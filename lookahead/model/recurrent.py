@@ -21,6 +21,7 @@ import contextlib
 import functools
 import inspect
 import time
+import weakref
 
 import torch
 
@@ -50,6 +51,9 @@ UNFOLLOWED = {
 }
 
 
+_MODULES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> its recurrent modules
+
+
 def recurrent_layers(cache) -> list:
     """Indices of the cache layers that keep a recurrent or convolution state."""
     return [i for i, layer in enumerate(getattr(cache, "layers", None) or [])
@@ -57,9 +61,15 @@ def recurrent_layers(cache) -> list:
 
 
 def recurrent_modules(model) -> list:
-    """The modules that read and write a recurrent cache layer's state (`layer_idx` names the layer), in order."""
-    return [module for module in model.modules() if _keeps_state(type(module))
-            and isinstance(getattr(module, "layer_idx", None), int)]
+    """The modules that read and write a recurrent cache layer's state (`layer_idx` names the layer), in order;
+    found once per model (a call's checks, `stepping` and `Checkpoints` each ask)."""
+    try:
+        return _MODULES[model]
+    except KeyError:
+        found = [module for module in model.modules() if _keeps_state(type(module))
+                 and isinstance(getattr(module, "layer_idx", None), int)]
+        _MODULES[model] = found
+        return found
 
 
 @functools.lru_cache(maxsize=None)
@@ -230,9 +240,10 @@ class Checkpoints:
         module over its input cut to them (rows grouped by how many they keep)."""
         start = time.perf_counter()
         width = self.calls[0][1].shape[1] if self.calls else 0
-        states = self._states()
-        final = [state.clone() for *_, state in states]  # rows that keep every token keep these
-        for n in sorted({int(n) for n in kept if int(n) < width}):
+        states, short = self._states(), sorted({int(n) for n in kept if int(n) < width})
+        # rows that keep every token keep these (copied only where other rows are rerun over them)
+        final = [state.clone() if short else state for *_, state in states]
+        for n in short:
             rows = torch.tensor([r for r, k in enumerate(kept) if int(k) == n], device=final[0].device)
             self._put(self.saved, [saved.clone() for *_, saved in self.saved])
             with torch.inference_mode(), self._replayed(width):

@@ -188,7 +188,7 @@ class Row:
                 break
         if self.index is not None:
             self.index.extend(np.asarray(tokens[:kept], dtype=np.int64))
-        if self.predicted is not None or (self.prediction is not None and len(self.prediction)):
+        if self.prediction is not None and len(self.prediction):
             self.predicted = _follow(self.prediction, self.predicted, self.out, kept)
         if self.first_token is None:
             self.first_token = time.perf_counter()
@@ -250,10 +250,4 @@ def _first_path(parents: np.ndarray) -> np.ndarray:
 
 def _contains(haystack: np.ndarray, needle: np.ndarray) -> bool:
     """Whether `needle` occurs in `haystack` as a contiguous run (both int64 token arrays)."""
-    if len(needle) == 0 or len(needle) > len(haystack):
-        return False
-    hay, pin = haystack.astype(np.int64).tobytes(), needle.astype(np.int64).tobytes()
-    at = hay.find(pin)
-    while at >= 0 and at % 8:
-        at = hay.find(pin, at + 1)
-    return at >= 0
+    return 0 < len(needle) <= len(haystack) and _find(haystack, needle, 0) is not None

@@ -26,7 +26,7 @@ import torch
 
 from traces import DEFAULT_DATA_DIR, load_traces, load_tokenizer
 
-from lookahead import _jit
+from lookahead.runtime import jit as _jit
 from lookahead.bench import ForcedReplay
 from lookahead.bench.e2e import SHAPES, free_id, random_model
 from lookahead.bench.forced import distinct_prompts

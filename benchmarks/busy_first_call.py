@@ -34,7 +34,7 @@ def child(max_new: int) -> dict:
     import torch
 
     import lookahead
-    from lookahead import _jit
+    from lookahead.runtime import jit as _jit
     from lookahead.demo import load
 
     torch.set_num_threads(2)

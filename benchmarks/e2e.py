@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from traces import DEFAULT_DATA_DIR, workload
 
-from lookahead import _jit
+from lookahead.runtime import jit as _jit
 from lookahead.arguments import draft_cost
 from lookahead.bench import e2e
 from lookahead.bench import plot as bench_plot

@@ -5,9 +5,9 @@ Each phase is a fresh Python process (this script run with ``--child``):
 
 - fresh install: an empty ``NUMBA_CACHE_DIR`` and an empty lookahead cache (``XDG_CACHE_HOME``: the measured cost
   curve of ``draft_cost="auto"`` is measured again). The calls run the kernels' Python twins while a background
-  process compiles them (`lookahead._jit`); the script then waits until it has compiled the default call's kernels;
+  process compiles them (`lookahead.runtime.jit`); the script then waits until it has compiled the default call's kernels;
 - warm caches: a new process over the caches the first phase left (the kernels load from numba's cache);
-- fresh install, compiled in the call: another empty pair of caches, the calls inside `lookahead._jit.compiled()`,
+- fresh install, compiled in the call: another empty pair of caches, the calls inside `lookahead.runtime.jit.compiled()`,
   as every call was before the tiers (the kernels compile in the first call).
 
 In each, the model is loaded, then the same default call (``lookahead.generate(model, ids, max_new_tokens=N)``, the
@@ -42,7 +42,8 @@ def child(args) -> dict:
     import torch
 
     import lookahead
-    from lookahead import _jit, demo, models
+    from lookahead import demo, models
+    from lookahead.runtime import jit as _jit
 
     torch.set_num_threads(args.threads)
     imported = time.perf_counter()
@@ -79,7 +80,7 @@ def run_child(args, env: dict, compiled: bool = False) -> dict:
 def wait_for_kernels(marker: Path, lookup: str, limit: float = 900.0) -> tuple:
     """(seconds until the background compiler lists the default call's kind in its marker, seconds until it lists
     every kind: then it has ended, and the next phase times a machine it no longer loads)."""
-    from lookahead._jit import KINDS
+    from lookahead.runtime.jit import KINDS
 
     start, first = time.perf_counter(), None
     while time.perf_counter() - start < limit:

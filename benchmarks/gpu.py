@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from lookahead import _jit
+from lookahead.runtime import jit as _jit
 from lookahead.bench import gpu
 from lookahead.bench.arguments import method_name, positive_int
 from lookahead.bench.e2e import DTYPES, SHAPES, random_model

@@ -22,7 +22,7 @@ import time
 
 import torch
 
-from lookahead import _jit
+from lookahead.runtime import jit as _jit
 from lookahead import Memory, generate
 from lookahead.arguments import non_negative_int, positive_int
 

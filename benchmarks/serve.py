@@ -215,8 +215,8 @@ def main(argv=None) -> int:
     if any(m.startswith("transformers") for m in args.modes):
         dequantized(args.model, args.hf_folder)
     tokenizer = AutoTokenizer.from_pretrained(dequantized(args.model, args.hf_folder))
-    # the servers time numba's kernels, not their Python twins beside a background compiler (`lookahead._jit`)
-    subprocess.run([sys.executable, "-m", "lookahead._warm"], cwd=ROOT, check=True)
+    # the servers time numba's kernels, not their Python twins beside a background compiler (`lookahead.runtime.jit`)
+    subprocess.run([sys.executable, "-m", "lookahead.warm"], cwd=ROOT, check=True)
     base = jobs(args.workloads, args.per_workload, args.max_prompt, tokenizer, args.data)
     print(f"# {len(base)} prompts, {args.max_tokens} new tokens, threads {args.threads}, load "
           f"{os.getloadavg()[0]:.2f}, {platform.processor() or platform.machine()}", flush=True)

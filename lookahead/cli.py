@@ -1,4 +1,4 @@
-"""The `lookahead` console script (also `python -m lookahead`): demo, generate, bench."""
+"""The `lookahead` console script (also `python -m lookahead`): demo, generate, serve, bench, warm."""
 from __future__ import annotations
 
 import argparse
@@ -49,16 +49,31 @@ def build_parser() -> argparse.ArgumentParser:
     job.add_parser(sub)
     bench.add_parser(sub)
     serve.add_parser(sub)
+    warm = sub.add_parser("warm", help="compile lookahead's numba kernels now, once per machine (for images and CI: "
+                                       "no call then runs them as Python)")
+    warm.set_defaults(func=_warm)
     return parser
+
+
+def _warm(args) -> int:
+    import time
+
+    from .warm import warm
+
+    start = time.perf_counter()
+    kinds = warm()
+    print(f"lookahead warm: compiled the kernels of {len(kinds)} kinds of call in {time.perf_counter() - start:.1f} s"
+          if kinds else "lookahead warm: every kind of call is compiled already")
+    return 0
 
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     if args.command != "bench":
         return args.func(args)
-    from ._jit import compiled
+    from .runtime.jit import compiled
 
-    with compiled():  # measurements time numba's kernels, never their Python twins (`lookahead._jit`)
+    with compiled():  # measurements time numba's kernels, never their Python twins (`lookahead.runtime.jit`)
         return args.func(args)
 
 

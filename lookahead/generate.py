@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from . import _validate as V
-from ._jit import kind_of, tier
+from .runtime.jit import kind_of, tier
 from .decode.calibrate import budget, draft_cost
 from .decode.loop import Rows, assemble, make_run, run_loop, token_ids
 from .decode.policy import CostCurve
@@ -178,7 +178,7 @@ def decode(model, input_ids, logits_processor, stopping_criteria, generation_con
                    getattr(generation_config, "cache_implementation", None) == "static",
                    bool(generation_config.do_sample))
     # without copying the cache per head, nor the weights per forward; the kernels compiled, or their Python twins
-    # while numba compiles them in the background (`lookahead._jit`)
+    # while numba compiles them in the background (`lookahead.runtime.jit`)
     with packed_attention(model), linears, tier(kind), stepping(model):
         return _decode(model, input_ids, logits_processor, stopping_criteria, generation_config, settings,
                        inputs_tensor, **model_kwargs)

@@ -31,7 +31,7 @@ def _own_cache_folder(tmp_path_factory):
 def _compiled_kernels():
     """The suite runs numba's kernels (compiling what is not cached), as before the Python twins: `tests/test_jit.py`
     compares the tiers and runs what a fresh install's first call does."""
-    from lookahead import _jit
+    from lookahead.runtime import jit as _jit
 
     with _jit.compiled():
         yield

@@ -51,7 +51,7 @@ def test_auto_cost_stays_inside_a_learned_position_table():
 
 def test_a_stored_value_is_used_only_under_its_own_key(tmp_path):
     """A value read back equals the one stored; another kind or key, a damaged file or `Store(None)` gives None."""
-    from lookahead._store import Store
+    from lookahead.runtime.store import Store
 
     store, key = Store(tmp_path), {"model": "m", "threads": 2, "cpu": "x"}
     assert store.get("cost-curves", key) is None
@@ -85,7 +85,7 @@ def test_a_new_process_reuses_the_curve_measured_for_the_same_model(tmp_path, mo
     """`draft_cost="auto"` measures once and keeps the curve on disk: another model object with the same config (as
     in a new process) reads it back instead of measuring, the same curve; a model of another config measures its
     own."""
-    from lookahead._store import Store
+    from lookahead.runtime.store import Store
     from lookahead.decode import calibrate
 
     real = calibrate._timed
@@ -105,7 +105,7 @@ def test_a_new_process_reuses_the_curve_measured_for_the_same_model(tmp_path, mo
 def test_a_curve_measured_on_a_busy_cpu_is_not_kept(tmp_path, monkeypatch):
     """A measurement while other processes kept cores busy serves the process that took it, and is not kept: a new
     process measures again (issue 48)."""
-    from lookahead._store import Store
+    from lookahead.runtime.store import Store
     from lookahead.decode import calibrate
 
     real = calibrate._timed
@@ -121,7 +121,7 @@ def test_a_curve_measured_on_a_busy_cpu_is_not_kept(tmp_path, monkeypatch):
 def test_a_kept_curve_the_machine_now_beats_is_measured_again(tmp_path, monkeypatch):
     """A kept curve whose one-token forward took far longer than it takes now (measured while the machine was slow)
     is measured again when a process loads it, and the new curve replaces it; one that still holds is reused."""
-    from lookahead._store import Store
+    from lookahead.runtime.store import Store
     from lookahead.decode import calibrate
 
     real = calibrate._timed
@@ -153,7 +153,7 @@ def test_packed_linear_row_counts_are_timed_once_per_machine(tmp_path, monkeypat
 
 
 def test_the_cache_folder_follows_xdg_cache_home(tmp_path, monkeypatch):
-    from lookahead._store import cache_folder
+    from lookahead.runtime.store import cache_folder
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert cache_folder() == tmp_path / "lookahead"
@@ -167,7 +167,7 @@ def test_other_work_counts_the_cores_other_processes_keep_busy():
     import sys
     import time
 
-    from lookahead.threads import OtherWork
+    from lookahead.runtime.threads import OtherWork
 
     with OtherWork() as mine:
         end = time.perf_counter() + 0.6

@@ -167,7 +167,7 @@ def test_generate_summary_names_the_threads(tmp_path, cli):
     its summary says what it used."""
     import torch
 
-    from lookahead.threads import cpu_count
+    from lookahead.runtime.threads import cpu_count
 
     before = torch.get_num_threads()
     status, _, err = cli("generate", EXAMPLES, "--output", tmp_path / "a.jsonl", "--max-new-tokens", "4")

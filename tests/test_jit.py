@@ -1,4 +1,4 @@
-"""The kernels' two tiers (`lookahead._jit`): their Python twins draft and accept exactly as numba's kernels do, and a
+"""The kernels' two tiers (`lookahead.runtime.jit`): their Python twins draft and accept exactly as numba's kernels do, and a
 call whose kernels numba has not compiled runs the twins while a background process compiles them."""
 import json
 
@@ -9,7 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import fuzz_generate
-from lookahead import Memory, NgramIndex, SuffixIndex, _jit, generate
+from lookahead import Memory, NgramIndex, SuffixIndex, generate
+from lookahead.runtime import jit as _jit
 from models import repeated_prompt, tiny_model
 
 CALLS = {  # name -> generate's options
@@ -131,7 +132,7 @@ def test_suffix_twins_propose_what_the_kernels_propose(seq, n):
 
 def test_an_uncompiled_call_runs_the_twins_while_the_background_compiles(model, tmp_path, monkeypatch):
     """Outside `compiled()`, a call whose kind the marker does not list runs the twins (greedy's tokens) and starts
-    `python -m lookahead._warm`, which lists every kind once numba's cache holds its kernels; the next call of
+    `python -m lookahead.warm`, which lists every kind once numba's cache holds its kernels; the next call of
     that kind runs compiled."""
     marker = tmp_path / "kernels.json"
     monkeypatch.setattr(_jit, "marker", lambda: marker)
@@ -197,3 +198,44 @@ def test_the_server_loop_runs_the_twins_in_its_creators_tier(model):
         assert engine.error is None and [row.out for row in rows] == want
         accepted.append(sum(row.counters.accepted for row in rows))
     assert accepted[0] > 0
+
+
+@pytest.mark.parametrize("ending", ["exit", "killed"])
+def test_the_background_compiler_ends_with_the_program_that_started_it(tmp_path, ending):
+    """The compiler a call starts belongs to its program: it is gone within seconds of the program's end, whether
+    the program exits or is killed (SIGKILL: no atexit), with numba's cache empty so that it had work left."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    script = ("import os, signal, sys\nfrom lookahead.runtime import jit\njit._start_background()\n"
+              "print(jit._STARTED[0].pid, flush=True)\n"
+              "if sys.argv[1] == 'killed':\n    os.kill(os.getpid(), signal.SIGKILL)\n")
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba"), XDG_CACHE_HOME=str(tmp_path / "cache"))
+    done = subprocess.run([sys.executable, "-c", script, ending], env=env, capture_output=True, text=True, timeout=120)
+    pid = int(done.stdout.split()[0])
+
+    def running() -> bool:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has ended
+        except OSError:
+            return False
+
+    deadline = time.monotonic() + 60
+    while running() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not running(), f"the compiler (pid {pid}) outlived its program ({ending})"
+
+
+def test_warm_compiles_every_kind_ahead_and_lists_it(tmp_path, monkeypatch):
+    """`lookahead warm` (`lookahead.warm.warm`) compiles every kind of call and lists it in the marker, so that no
+    later call runs the twins; run again, it finds nothing left to do."""
+    from lookahead import warm
+
+    marker = tmp_path / "kernels.json"
+    monkeypatch.setattr(_jit, "marker", lambda: marker)
+    assert warm.warm(progress=False) == list(_jit.KINDS)
+    assert [list(k) for k in _jit.KINDS] == json.loads(marker.read_text())
+    assert warm.warm(progress=False) == []

@@ -6,21 +6,20 @@ PACKAGE = Path(__file__).resolve().parents[1] / "lookahead"
 
 # room -> the rooms it may import (docs/architecture.md, "Rooms")
 ALLOWED = {
-    "_checks": set(), "_lazy": set(), "_store": set(), "_jit": set(), "arguments": set(), "models": set(),
-    "threads": set(), "demo_article": set(),
-    "index": {"_checks", "_jit"},
-    "verify": {"index", "_jit"},
-    "model": {"_checks", "_store", "_jit", "verify"},
-    "decode": {"_checks", "_store", "_jit", "threads", "index", "verify", "model"},
+    "_checks": set(), "_lazy": set(), "runtime": set(), "arguments": set(), "models": set(),
+    "index": {"_checks", "runtime"},
+    "verify": {"index", "runtime"},
+    "model": {"_checks", "runtime", "verify"},
+    "decode": {"_checks", "runtime", "index", "verify", "model"},
     "_validate": {"_checks", "model"},
-    "generate": {"_checks", "_jit", "_validate", "index", "verify", "model", "decode"},
-    "_warm": {"_jit", "generate", "models", "serve"},
+    "generate": {"_checks", "runtime", "_validate", "index", "verify", "model", "decode"},
+    "warm": {"runtime", "generate", "models", "serve"},
     "plugin": {"generate", "decode"},
-    "demo": {"generate", "models", "threads", "demo_article"},
-    "job": {"_checks", "_lazy", "arguments", "generate", "index", "models", "threads"},
-    "bench": {"_checks", "_lazy", "arguments", "index", "verify", "model", "decode", "generate", "models", "threads"},
-    "serve": {"_checks", "_jit", "arguments", "index", "verify", "model", "decode", "models"},
-    "cli": {"_jit", "arguments", "demo", "job", "bench", "serve", "models"},
+    "demo": {"generate", "models", "runtime"},
+    "job": {"_checks", "_lazy", "arguments", "generate", "index", "models", "runtime"},
+    "bench": {"_checks", "_lazy", "arguments", "index", "verify", "model", "decode", "generate", "models", "runtime"},
+    "serve": {"_checks", "runtime", "arguments", "index", "verify", "model", "decode", "models"},
+    "cli": {"runtime", "arguments", "demo", "job", "bench", "serve", "models", "warm"},
     "__main__": {"cli"},
     "__init__": {"_lazy"},  # imports its public names lazily, by name (`_SOURCES`, `_lazy.lazy`)
 }
@@ -68,3 +67,48 @@ def test_the_allowed_imports_have_no_circle():
 
     for room in ALLOWED:
         below(room)
+
+
+def _module_imports() -> dict:
+    """module -> the lookahead modules it imports, at any depth of its file (a name imported from a package counts
+    as that submodule where there is one)."""
+    paths = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        paths[".".join(parts[:-1]) if parts[-1] == "__init__" else ".".join(parts)] = path
+    graph = {}
+    for name, path in paths.items():
+        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+                module = ".".join(base + ([node.module] if node.module else []))
+                found |= {f"{module}.{a.name}" if f"{module}.{a.name}" in paths else module for a in node.names}
+            elif isinstance(node, ast.Import):
+                found |= {a.name for a in node.names}
+        graph[name] = {m for m in found if m in paths and m != name}
+    return graph
+
+
+def test_no_module_imports_itself_through_others():
+    """Within rooms too, following imports never comes back to the module it started from."""
+    graph = _module_imports()
+    done: set = set()
+
+    def visit(module, path):
+        assert module not in path, f"import circle: {' -> '.join(path[path.index(module):] + (module,))}"
+        if module in done:
+            return
+        for other in sorted(graph[module]):
+            visit(other, path + (module,))
+        done.add(module)
+
+    for module in sorted(graph):
+        visit(module, ())
+
+
+def test_the_top_of_the_package_holds_at_most_ten_modules():
+    """The package's top level stays a screen: entry points and a few helpers; everything else lives in a room."""
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(top) <= 10, top

@@ -110,7 +110,7 @@ def _run_model(args, model: str, output: str) -> int:
 def _threads(text: str) -> int:
     import torch
 
-    from ..threads import choose_threads
+    from ..runtime.threads import choose_threads
 
     if text == "auto":
         threads = choose_threads()

@@ -4,11 +4,11 @@ On a GPU at batch 1 a forward over 32 tokens costs about what a forward over 1 c
 every verified token adds compute, and on a CPU any multi-token forward costs well over a one-token one (a
 matrix-vector product). `measure_draft_cost` times forwards over a filled KV cache and returns the measured curve;
 pass it as `generate(..., draft_cost=...)`, or pass `draft_cost="auto"` to have it measured once per model (and
-device, dtype and thread count) on first use and kept on disk for later processes (`lookahead._store`).
+device, dtype and thread count) on first use and kept on disk for later processes (`lookahead.runtime.store`).
 
 A measurement taken while other work holds the CPU says wide forwards cost more than they do on a quiet machine,
 and would switch drafting off for good. So a curve is kept on disk only when no other process kept `BUSY` cores
-busy while it was measured (`lookahead.threads.OtherWork`), and a kept curve is checked when a new process loads it:
+busy while it was measured (`lookahead.runtime.threads.OtherWork`), and a kept curve is checked when a new process loads it:
 a few one-token forwards timed against the one-token time it was measured with; a machine that is now clearly
 faster (`FASTER`) measures it again.
 """
@@ -26,8 +26,8 @@ from ..model.attention import packed_attention
 from ..model.cache import new_cache, rollback
 from ..model.facts import ModelFacts, cache_kwarg, position_limit
 from ..model.linear import packed_linears
-from .._store import Store, machine
-from ..threads import OtherWork
+from ..runtime.store import Store, machine
+from ..runtime.threads import OtherWork
 from .policy import CostCurve, as_cost
 from .settings import DRAFT_TOKENS
 
@@ -110,7 +110,7 @@ def widths(most: int) -> list:
 
 def measured_draft_cost(model, max_tokens: int, store: Store | None = None) -> CostCurve:
     """`measure_draft_cost(model, max_tokens=max_tokens)`, measured once per model, device, dtype and thread count,
-    and kept on disk for the next process (like numba's cache; `lookahead._store`) when it was measured on a CPU
+    and kept on disk for the next process (like numba's cache; `lookahead.runtime.store`) when it was measured on a CPU
     this process had to itself; a kept curve that a quick check finds stale (`fresh`) is measured again.
 
     Args:

@@ -18,7 +18,7 @@ import functools
 import numpy as np
 from numba import typed
 
-from .._jit import interpreted, tiered
+from ..runtime.jit import interpreted, kernels
 from . import _fused_kernels, _fused_recycle
 from . import _fused_warmup as W
 from ..index.ngram import NgramIndex
@@ -28,7 +28,7 @@ from ..model import CausalLM, StaticCausalLM
 from ..verify.batch import DraftBatch, Verdict, _chain_parents
 from .policy import _BUCKETS
 
-K, KR = tiered(_fused_kernels), tiered(_fused_recycle)
+K, KR = _fused_kernels, _fused_recycle
 
 
 def fused(target, rows, run, max_new: int, clock):
@@ -62,7 +62,7 @@ class _Fused:
     warm_up = staticmethod(lambda many: None)  # compiles the kernels once per process: one row's, then several's
 
     def __init__(self, target, run, max_new: int, clock, indexes: list):
-        self.lists = list if interpreted() else typed.List  # the Python twins take plain lists (`lookahead._jit`)
+        self.lists = list if interpreted() else typed.List  # the Python twins take plain lists (`lookahead.runtime.jit`)
         if self.lists is typed.List:
             self.warm_up(len(indexes) > 1)
         self.target, self.run, self.max_new, self.clock = target, run, max_new, clock
@@ -149,6 +149,7 @@ class _Fused:
         """The rows' index arrays as the kernels take them, one sequence per name of `arrays`: a tuple each for one
         row, else typed lists, made once per call and then cut to the rows still running (making one costs 20-100
         us)."""
+        kern = kernels(_fused_kernels)
         indexes = rows.indexes
         if len(indexes) == 1:
             return tuple((item,) for item in self._items(indexes[0]))
@@ -158,7 +159,7 @@ class _Fused:
         if held != rows.ids:
             running = set(rows.ids)
             keep = np.array([rid in running for rid in held], dtype=np.bool_)
-            lists = tuple(K.kept(items, keep) for items in lists)
+            lists = tuple(kern.kept(items, keep) for items in lists)
             self._held = rows.ids, lists
         for k, ix in enumerate(indexes if grown else ()):
             for items, item in zip(lists, self._items(ix)):
@@ -182,11 +183,13 @@ class FusedChains(_Fused):
 
     def _draft(self, lists, s: dict, d: dict) -> int:
         """The first step's drafts into d; returns their width."""
-        return K.draft(lists[0], lists[2], s["lens"], self.max_new, self.budget, s["sizing"][0], *s["policy"],
+        kern = kernels(_fused_kernels)
+        return kern.draft(lists[0], lists[2], s["lens"], self.max_new, self.budget, s["sizing"][0], *s["policy"],
                        *s["sizing"][1:], d["tokens"], d["sizes"], d["matches"], s["budgets"])
 
     def _step(self, targets, batch: DraftBatch, lists, s: dict, now: dict, later: dict) -> int:
-        finished, s["widest"] = K.step(
+        kern = kernels(_fused_kernels)
+        finished, s["widest"] = kern.step(
             targets, now["tokens"], batch.width, now["sizes"], now["matches"], *lists, *self.ngram, *s["policy"],
             self.eos, self.max_new, s["lens"], s["out"], s["last"], s["counts"], s["bonus"], s["done"], s["totals"],
             self.budget, *s["sizing"], later["tokens"], later["sizes"], later["matches"], s["budgets"])
@@ -214,11 +217,13 @@ class FusedSuffixChains(_FusedSuffix):
     warm_up = staticmethod(functools.cache(W.warm_up_suffix_chains))
 
     def _draft(self, lists, s: dict, d: dict) -> int:
-        return K.draft_suffix(*lists, s["lens"], self.max_new, self.budget, s["sizing"][0], *s["policy"],
+        kern = kernels(_fused_kernels)
+        return kern.draft_suffix(*lists, s["lens"], self.max_new, self.budget, s["sizing"][0], *s["policy"],
                               *s["sizing"][1:], d["tokens"], d["sizes"], d["matches"], s["budgets"])
 
     def _step(self, targets, batch: DraftBatch, lists, s: dict, now: dict, later: dict) -> int:
-        finished, s["widest"] = K.step_suffix(
+        kern = kernels(_fused_kernels)
+        finished, s["widest"] = kern.step_suffix(
             targets, now["tokens"], batch.width, now["sizes"], now["matches"], *lists, *s["policy"], self.eos,
             self.max_new, s["lens"], s["out"], s["last"], s["counts"], s["bonus"], s["done"], s["totals"],
             self.budget, *s["sizing"], later["tokens"], later["sizes"], later["matches"], s["budgets"])
@@ -254,12 +259,14 @@ class FusedTrees(_FusedSuffix):
                           d["probs"][:, :widest])
 
     def _draft(self, lists, s: dict, d: dict) -> int:
-        return K.draft_trees(*lists, s["lens"], self.max_new, self.budget, s["sizing"][0], *s["policy"],
+        kern = kernels(_fused_kernels)
+        return kern.draft_trees(*lists, s["lens"], self.max_new, self.budget, s["sizing"][0], *s["policy"],
                              *s["sizing"][1:], *s["calibration"], s["step_costs"], d["tokens"], d["parents"],
                              d["probs"], d["sizes"], d["matches"], d["depths"], s["nodes"])
 
     def _step(self, targets, batch: DraftBatch, lists, s: dict, now: dict, later: dict) -> int:
-        finished, s["in_place"], s["widest"] = K.step_trees(
+        kern = kernels(_fused_kernels)
+        finished, s["in_place"], s["widest"] = kern.step_trees(
             targets, now["tokens"], now["parents"], now["probs"], batch.width, now["sizes"], now["matches"],
             now["depths"], *lists, *s["policy"], *s["calibration"], self.eos, self.max_new, s["lens"], s["out"],
             s["last"], s["counts"], s["bonus"], s["paths"], s["cols"], s["done"], s["totals"], self.budget,
@@ -317,12 +324,14 @@ class FusedRecycleTrees(FusedTrees):
         return super()._accept(targets, batch, rows, lists, s, now, later)
 
     def _draft(self, lists, s: dict, d: dict) -> int:
-        return KR.draft_recycle_trees(*lists, self.m, self.keep, s["lens"], self.max_new, self.budget, s["sizing"][0],
+        krec = kernels(_fused_recycle)
+        return krec.draft_recycle_trees(*lists, self.m, self.keep, s["lens"], self.max_new, self.budget, s["sizing"][0],
                                       *s["policy"], *s["sizing"][1:], *s["calibration"], s["step_costs"], d["tokens"],
                                       d["parents"], d["probs"], d["sizes"], d["matches"], d["depths"], s["nodes"])
 
     def _step(self, targets, batch: DraftBatch, lists, s: dict, now: dict, later: dict) -> int:
-        finished, s["in_place"], s["widest"] = KR.step_recycle_trees(
+        krec = kernels(_fused_recycle)
+        finished, s["in_place"], s["widest"] = krec.step_recycle_trees(
             targets, *s["top_arrays"], now["tokens"], now["parents"], now["probs"], batch.width, now["sizes"],
             now["matches"], now["depths"], *lists, self.recycled, self.keep, *s["policy"], *s["calibration"],
             self.eos, self.max_new, s["lens"], s["out"], s["last"], s["counts"], s["bonus"], s["paths"], s["cols"],

@@ -13,10 +13,10 @@ import functools
 
 import numpy as np
 
-from .._jit import tiered
+from ..runtime.jit import kernels
 from . import _policy_kernels
 
-K = tiered(_policy_kernels)
+K = _policy_kernels
 
 _BUCKETS = np.array([0, 1, 2, 3, 4, 6, 8, 12, 16, 32], dtype=np.int64)  # lower edges of match-length buckets
 
@@ -190,10 +190,11 @@ class DraftLength:
 
     def choose(self, match_lengths: np.ndarray) -> np.ndarray:
         """Draft length for each row, given the length of the match behind its next proposal (one per row)."""
+        kern = kernels(_policy_kernels)
         matches = np.asarray(match_lengths, dtype=np.int64)
         out = np.empty(len(matches), dtype=np.int64)
-        K.warm_up()
-        K.choose(matches, _BUCKETS, self.accepted, self.rejected, self.version, *self.tables(len(matches)), out)
+        kern.warm_up()
+        kern.choose(matches, _BUCKETS, self.accepted, self.rejected, self.version, *self.tables(len(matches)), out)
         return out
 
     def tables(self, batch: int) -> tuple:
@@ -206,8 +207,9 @@ class DraftLength:
 
     def update(self, match_lengths: np.ndarray, drafted: np.ndarray, accepted: np.ndarray) -> None:
         """Record a step: the rows' match lengths, how many tokens each drafted and how many were accepted."""
-        K.warm_up()
-        K.record(np.asarray(match_lengths, dtype=np.int64), np.asarray(drafted, dtype=np.int64),
+        kern = kernels(_policy_kernels)
+        kern.warm_up()
+        kern.record(np.asarray(match_lengths, dtype=np.int64), np.asarray(drafted, dtype=np.int64),
                  np.asarray(accepted, dtype=np.int64), _BUCKETS, self.accepted, self.rejected, self.version)
 
     def acceptance(self) -> np.ndarray:

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._jit import tiered
+from ..runtime.jit import kernels
 from . import _policy_kernels
 from ..index.draft import Draft
 from .policy import DraftLength, TreeCalibration, as_cost, step_cost, step_costs
 
-K = tiered(_policy_kernels)
+K = _policy_kernels
 
 
 def make_sizing(draft: str, num_draft_tokens: int, max_draft_nodes: int, cost):
@@ -90,26 +90,28 @@ class TreeSizing:
     def draft(self, indexes: list, rooms: np.ndarray, padded=None) -> list:
         """Each row's `Draft` (a tree; `Draft.empty` where a row has no index); `rooms` [b] caps its nodes;
         `padded(n)` as for chains: every row keeps as many nodes as the forward computes anyway."""
+        kern = kernels(_policy_kernels)
         costs, cal = self._step_costs(len(indexes)), self.calibration
-        K.warm_up()
+        kern.warm_up()
         pick, path = np.empty(self.max_nodes, dtype=np.int64), np.empty(self.max_nodes, dtype=np.int64)
         trees, sizes = [], []
         for ix, room, k in zip(indexes, rooms, self.length.choose(_matches(indexes))):
             tree = Draft.empty() if ix is None else ix.propose_tree(max(min(self.max_nodes, int(room)), 0))
-            best = K.tree_size(tree.probs, cal.EDGES, cal.accepted, cal.seen, cal.prior, costs)
+            best = kern.tree_size(tree.probs, cal.EDGES, cal.accepted, cal.seen, cal.prior, costs)
             whole = getattr(ix, "recycled", None) is not None  # recycled trees: every node up to the chain's end
             trees.append((tree, best, k, whole))
-            sizes.append(K.tree_pick(tree.parents, best, 0, k, whole, pick, path))
+            sizes.append(kern.tree_pick(tree.parents, best, 0, k, whole, pick, path))
         fill = min(padded(max(sizes, default=0)), self.max_nodes) if padded is not None else 0
-        return [tree.take(pick[:K.tree_pick(tree.parents, best, fill, k, whole, pick, path)])
+        return [tree.take(pick[:kern.tree_pick(tree.parents, best, fill, k, whole, pick, path)])
                 for tree, best, k, whole in trees]
 
     def update(self, batch, verdict) -> None:
         """Calibrate the node probabilities against the accepted paths; teach the chain floor how far it went."""
+        kern = kernels(_policy_kernels)
         matches = np.fromiter((d.match_length for d in batch.drafts), dtype=np.int64, count=len(batch.drafts))
         floors, followed = np.zeros(len(matches), dtype=np.int64), np.zeros(len(matches), dtype=np.int64)
         cal = self.calibration
-        K.tree_record(batch.parents, batch.sizes, batch.probs, self.length.choose(matches), verdict.columns(),
+        kern.tree_record(batch.parents, batch.sizes, batch.probs, self.length.choose(matches), verdict.columns(),
                       verdict.counts, cal.EDGES, cal.accepted, cal.seen, floors, followed,
                       np.zeros(batch.width, dtype=np.bool_))
         self.length.update(matches, floors, followed)
@@ -124,9 +126,10 @@ def first_path(parents: np.ndarray, k: int) -> list:
     >>> first_path(np.array([-1, -1, 0, 1, 2]), 5)
     [0, 2, 4]
     """
+    kern = kernels(_policy_kernels)
     out = np.empty(max(k, 0), dtype=np.int64)
-    K.warm_up()
-    return out[:K.first_path(parents, k, out)].tolist()
+    kern.warm_up()
+    return out[:kern.first_path(parents, k, out)].tolist()
 
 
 def best_size(probs: np.ndarray, cost) -> int:

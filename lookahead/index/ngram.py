@@ -6,11 +6,11 @@ import functools
 import numpy as np
 
 from .._checks import check_int
-from .._jit import interpreted, tiered
+from ..runtime.jit import interpreted, kernels
 from . import _kernels
 from ._tokens import as_token_array, draft_budget, grown, range_error, table_size as _table_size
 
-K = tiered(_kernels)
+K = _kernels
 
 _MIN_CAPACITY = 1024
 # Longest n-gram indexed. A match longer than this is still followed (the copy in progress goes on growing past
@@ -63,7 +63,7 @@ class NgramIndex:
         self._table = _empty_table(_table_size(_MIN_CAPACITY * 2))
         self._state = K.STATE.copy()
         self._out = np.empty(64, dtype=np.int64)
-        if not interpreted():  # the Python twins need no compiling (`lookahead._jit`)
+        if not interpreted():  # the Python twins need no compiling (`lookahead.runtime.jit`)
             _warm_up()
 
     def __len__(self) -> int:
@@ -89,13 +89,14 @@ class NgramIndex:
             TypeError: the ids are not integers.
             ValueError: not one-dimensional, or an id is negative or above 2**31 - 1 (nothing is appended).
         """
+        kern = kernels(_kernels)
         new = as_token_array(tokens)
         if new.shape[0] == 0:
             return
-        got = K.ngram_extend(new, self._hist, self._table, self._state, self.max_ngram, self.min_ngram)
+        got = kern.ngram_extend(new, self._hist, self._table, self._state, self.max_ngram, self.min_ngram)
         if got == K.FULL:  # the kernel wrote nothing: grow the arrays by its own rule (`K.fits`), then append
             self._reserve(new.shape[0])
-            got = K.ngram_extend(new, self._hist, self._table, self._state, self.max_ngram, self.min_ngram)
+            got = kern.ngram_extend(new, self._hist, self._table, self._state, self.max_ngram, self.min_ngram)
         if got < 0:
             raise range_error(new)
 
@@ -108,11 +109,12 @@ class NgramIndex:
             TypeError: ``max_tokens`` is not an int.
             ValueError: ``max_tokens`` is negative.
         """
+        kern = kernels(_kernels)
         if type(max_tokens) is not int or max_tokens < 0 or max_tokens > self._out.shape[0]:
             max_tokens = draft_budget("max_tokens", max_tokens)
             if max_tokens > self._out.shape[0]:
                 self._out = np.empty(max_tokens, dtype=np.int64)
-        m = K.ngram_propose(self._hist, self._state, max_tokens, self._out)
+        m = kern.ngram_propose(self._hist, self._state, max_tokens, self._out)
         return self._out[:m].copy()
 
     def copy(self) -> "NgramIndex":
@@ -133,13 +135,14 @@ class NgramIndex:
     def _reserve(self, extra: int) -> None:
         """Grow the arrays to take `extra` more tokens (`K.fits`): hist to n + extra at least, the table to twice the
         slots they may use."""
+        kern = kernels(_kernels)
         n = len(self)
         if n + extra > self._hist.shape[0]:
             self._hist = grown(self._hist, max(2 * self._hist.shape[0], n + extra), n)
         worst = int(self._state[K.USED]) + (extra + 1) * self.max_ngram
         if 2 * worst > self._table.shape[0]:
             self._table = _empty_table(_table_size(2 * worst))
-            self._state[K.USED] = K.ngram_rebuild(self._hist, n, self._table, self.max_ngram)
+            self._state[K.USED] = kern.ngram_rebuild(self._hist, n, self._table, self.max_ngram)
 
 
 def _empty_table(slots: int) -> np.ndarray:

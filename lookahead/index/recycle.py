@@ -21,13 +21,13 @@ from __future__ import annotations
 import numpy as np
 
 from .._checks import check_float, check_int
-from .._jit import tiered
+from ..runtime.jit import kernels
 from . import _recycle_kernels
 from ._tokens import as_token_array, draft_budget
 from .draft import Draft
 from .suffix import SuffixIndex
 
-K = tiered(_recycle_kernels)
+K = _recycle_kernels
 
 
 class Recycled:
@@ -89,18 +89,20 @@ class Recycled:
         Raises:
             ValueError: arrays of mismatched lengths.
         """
+        kern = kernels(_recycle_kernels)
         tokens, prevs = as_token_array(tokens), as_token_array(prevs)
         top_ids = np.ascontiguousarray(np.asarray(top_ids, dtype=np.int64))
         top_probs = np.ascontiguousarray(np.asarray(top_probs, dtype=np.float32))
         if len(prevs) != len(tokens) or top_ids.shape != top_probs.shape or top_ids.shape[:1] != tokens.shape:
             raise ValueError(f"update needs tokens [n], prevs [n] and top_ids, top_probs [n, k] alike, got "
                              f"{len(tokens)}, {len(prevs)}, {top_ids.shape}, {top_probs.shape}")
-        K.update(*self.arrays, tokens, prevs, top_ids, top_probs, len(tokens))
+        kern.update(*self.arrays, tokens, prevs, top_ids, top_probs, len(tokens))
 
     def candidates(self, token: int, prev: int = -1) -> tuple:
         """(ids, probabilities) predicted after `token` (preceded by `prev`), best first, at most k."""
+        kern = kernels(_recycle_kernels)
         ids, probs = np.empty(self.k, dtype=np.int64), np.empty(self.k)
-        n = K.candidates(self.ids, self.score, self.keys, self.pair, self.pprob, self.meta, int(prev), int(token),
+        n = kern.candidates(self.ids, self.score, self.keys, self.pair, self.pprob, self.meta, int(prev), int(token),
                          ids, probs)
         return ids[:n], probs[:n]
 
@@ -176,6 +178,7 @@ class RecycleIndex:
         Raises:
             TypeError, ValueError: as `SuffixIndex.extend`.
         """
+        kern = kernels(_recycle_kernels)
         new = as_token_array(tokens)
         if self.suffix is not None:
             self.suffix.extend(new)
@@ -183,22 +186,24 @@ class RecycleIndex:
             raise ValueError(f"tokens must hold ids in [0, {np.iinfo(np.int32).max}], got min {new.min()} and "
                              f"max {new.max()}")
         if new.size:
-            K.advance(self.recycled.calib, self.recycled.meta, self._out, self._est, self._state, new, len(new))
+            kern.advance(self.recycled.calib, self.recycled.meta, self._out, self._est, self._state, new, len(new))
 
     def propose(self, max_tokens: int) -> np.ndarray:
         """A chain of at most ``max_tokens`` tokens: the best path of the merged tree, then M's best candidates."""
+        kern = kernels(_recycle_kernels)
         budget = self._ask("max_tokens", max_tokens)
         base = self._base(budget)
-        m = K.merged_chain(*self._m(), self._prev, self._last, *base, self.keep, budget, *self._work, self._out,
+        m = kern.merged_chain(*self._m(), self._prev, self._last, *base, self.keep, budget, *self._work, self._out,
                            self._est[0])
         self._state[K.PENDING] = m
         return self._out[0, :m].copy()
 
     def propose_tree(self, max_nodes: int) -> Draft:
         """A draft tree of at most ``max_nodes`` nodes, best first by calibrated value (`Draft.probs`)."""
+        kern = kernels(_recycle_kernels)
         budget = self._ask("max_nodes", max_nodes)
         base = self._base(budget)
-        n = K.merged_tree(*self._m(), self._prev, self._last, *base, self.keep, budget, *self._work)
+        n = kern.merged_tree(*self._m(), self._prev, self._last, *base, self.keep, budget, *self._work)
         ints, floats = self._work[0], self._work[1]
         self._out[:, :n], self._est[:, :n] = ints[:3, :n], floats[:2, :n]
         self._state[K.PENDING] = n
@@ -208,7 +213,8 @@ class RecycleIndex:
                 top_probs: np.ndarray) -> None:
         """Learn from a verified step of this row: its draft (tokens, parents [>= size]) after its last token, and
         the target's top-k after each column (top_ids, top_probs [>= size + 1, k]: the root, then each node)."""
-        K.update_step(*self.recycled.arrays, self._prev, self._last, tokens, parents, size, top_ids, top_probs)
+        kern = kernels(_recycle_kernels)
+        kern.update_step(*self.recycled.arrays, self._prev, self._last, tokens, parents, size, top_ids, top_probs)
 
     def _reserve(self, extra: int) -> None:
         """Room for `extra` more tokens in the suffix index (the fused step asks before its kernel appends)."""

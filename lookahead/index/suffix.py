@@ -6,14 +6,14 @@ import functools
 import numpy as np
 
 from .._checks import check_float, check_int
-from .._jit import interpreted, tiered
+from ..runtime.jit import interpreted, kernels
 from . import _suffix_build, _suffix_draft
 from ._suffix_build import Automaton
 from ._suffix_draft import Scratch
 from ._tokens import as_token_array, draft_budget, grown, range_error, table_size as _table_size
 from .draft import Draft
 
-K, D = tiered(_suffix_build), tiered(_suffix_draft)
+K, D = _suffix_build, _suffix_draft
 
 _MIN_CAPACITY = 1024
 MAX_BRANCH = 256  # the scratch of a proposal grows with budget * max_branch
@@ -93,7 +93,7 @@ class SuffixIndex:
         self._allocate(_MIN_CAPACITY)
         self._buf = None
         self._buffers(32)
-        if not interpreted():  # the Python twins need no compiling (`lookahead._jit`)
+        if not interpreted():  # the Python twins need no compiling (`lookahead.runtime.jit`)
             _warm_up()
 
     def __len__(self) -> int:
@@ -121,15 +121,16 @@ class SuffixIndex:
             TypeError: the ids are not integers.
             ValueError: not one-dimensional, or an id is negative or above 2**31 - 1 (nothing is appended).
         """
+        kern = kernels(_suffix_build)
         new = as_token_array(tokens)
         if new.shape[0] == 0:
             return
         # the kernel checks the room itself (`K.fits`), so that tokens the fused step appended count without a
         # count of our own to keep in step
-        got = K.suffix_extend(new, self._arrays)
+        got = kern.suffix_extend(new, self._arrays)
         if got == K.FULL:  # it wrote nothing: grow by its own rule, then append
             self._reserve(new.shape[0])
-            got = K.suffix_extend(new, self._arrays)
+            got = kern.suffix_extend(new, self._arrays)
         if got < 0:
             raise range_error(new)
 
@@ -154,10 +155,11 @@ class SuffixIndex:
         >>> idx = SuffixIndex(); idx.extend([1, 2, 3, 1]); idx.propose(5).tolist()
         [2, 3, 1, 2, 3]
         """
+        kdraft = kernels(_suffix_draft)
         if type(max_tokens) is not int or max_tokens < 0 or max_tokens > self._buf.chain.shape[0]:
             max_tokens = draft_budget("max_tokens", max_tokens)
             self._buffers(max_tokens)
-        m = D.suffix_chain(self._arrays, self._scratch, max_tokens)
+        m = kdraft.suffix_chain(self._arrays, self._scratch, max_tokens)
         return self._buf.chain[:m].copy()
 
     def propose_tree(self, max_nodes: int) -> Draft:
@@ -175,10 +177,11 @@ class SuffixIndex:
         >>> idx = SuffixIndex(); idx.extend([1, 2, 1, 3, 1]); idx.propose_tree(2).tokens.tolist()
         [3, 2]
         """
+        kdraft = kernels(_suffix_draft)
         if type(max_nodes) is not int or max_nodes < 0 or max_nodes > self._buf.chain.shape[0]:
             max_nodes = draft_budget("max_nodes", max_nodes)
             self._buffers(max_nodes)
-        m = D.suffix_tree(self._arrays, self._scratch, max_nodes)
+        m = kdraft.suffix_tree(self._arrays, self._scratch, max_nodes)
         tree = self._buf.tree[:, :m].copy()
         return Draft(tree[0], tree[1], self._buf.probs[:m].copy(), self.match_length)
 
@@ -223,6 +226,7 @@ class SuffixIndex:
     def _reserve(self, extra: int) -> None:
         """Grow the buffers to the automaton's worst case for n + extra tokens (`K.fits`: 2n + 2 states, 3n + 8
         edges, a table of twice the edge rows), at least doubling them."""
+        kern = kernels(_suffix_build)
         sam, held = self._sam, len(self)
         if held + extra > sam.hist.shape[0]:
             capacity = max(2 * sam.hist.shape[0], held + extra)
@@ -230,7 +234,7 @@ class SuffixIndex:
             self._hold(sam._replace(hist=grown(sam.hist, capacity, held),
                                     st=grown(sam.st, 2 * capacity + 2, int(sam.meta[K.NS])), ed=ed,
                                     table=np.full(_table_size(2 * ed.shape[0]), -1, dtype=np.int32)))
-            K.suffix_rehash(self._arrays)
+            kern.suffix_rehash(self._arrays)
 
     def _buffers(self, budget: int) -> None:
         """Scratch for proposals of up to `budget` tokens or nodes (each node pushes <= max_branch + 2, a guessing

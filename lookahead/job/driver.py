@@ -28,7 +28,7 @@ class Summary:
     forwards: int = 0  # forward passes summed over lines (a batch forward counts once per line in it)
     seconds: float = 0.0  # generation time, model loading excluded
     threads: int | None = None  # torch threads the local engine generated with (None: the Ray engine's workers)
-    threads_chosen: bool = False  # picked from the free cores (`lookahead.threads.choose_threads`), not given
+    threads_chosen: bool = False  # picked from the free cores (`lookahead.runtime.threads.choose_threads`), not given
 
     @property
     def tokens_per_second(self) -> float:
@@ -78,7 +78,7 @@ def run(input, output, model=None, *, engine: str = "local", lookup: str = "ngra
         memory: tokens of a `lookahead.Memory` shared by the lines one worker handles (0: none).
         device: "cpu", "cuda", ... Default: CUDA when present. dtype: "fp32", "bf16" or "fp16".
         threads: torch threads of the local engine, restored afterwards. Default: as many as the cores no other
-            process is using now (`lookahead.threads.choose_threads`, as `lookahead demo`): torch's one thread per
+            process is using now (`lookahead.runtime.threads.choose_threads`, as `lookahead demo`): torch's one thread per
             core against a busy core made a 5-prompt job 4x slower. The summary says what was used.
         address, workers: the Ray cluster (None: start a local one) and the number of model replicas (engine="ray").
         logits_processor: passed to every `generate` call (e.g. `lookahead.bench.ForcedReplay`).
@@ -142,7 +142,7 @@ def _torch_threads(threads: int | None, local: bool):
         return
     import torch
 
-    from ..threads import choose_threads
+    from ..runtime.threads import choose_threads
 
     before = torch.get_num_threads()
     count = threads if threads is not None else choose_threads()

@@ -16,7 +16,7 @@ import torch
 from ..verify import tree as T
 from ..verify.batch import to_device
 from ..verify.rules import argmax
-from .._jit import tiered
+from ..runtime.jit import kernels
 from . import _kernels
 from .cache import keep_slots, new_cache, rollback, select_rows
 from .facts import ModelFacts
@@ -24,7 +24,7 @@ from .layers import LayerKinds, state_space
 from .recurrent import Checkpoints, recurrent_layers
 from .static import prompt_positions, prompt_sources
 
-K = tiered(_kernels)
+K = _kernels
 
 # No warm-up at import: each kernel compiles (or loads from numba's cache) on first use, with the types it gets.
 
@@ -83,19 +83,21 @@ class CausalLM:
     def _chain_inputs(self, last: np.ndarray, batch) -> tuple:
         """(tokens [b, N+1], positions [b, N+1], the mask of the cache and the step [b, S + N + 1]) of a chain step:
         on a CPU one kernel writes them all, the mask in place."""
+        kern = kernels(_kernels)
         steps = np.empty((2, len(last), batch.width + 1), dtype=np.int64)
         if not self.on_host:  # the mask's columns written on the host, then copied
             cols = np.empty((len(last), batch.width + 1), dtype=np.int64)
-            K.chain_inputs(last, batch.tokens, batch.sizes, self.pos, steps, cols, 0)
+            kern.chain_inputs(last, batch.tokens, batch.sizes, self.pos, steps, cols, 0)
             return steps[0], steps[1], self._masked(cols)
         end = self._room(batch.width + 1)  # the kernel writes the step's N + 1 columns of the mask
-        written = K.chain_inputs(last, batch.tokens, batch.sizes, self.pos, steps, self._slots.numpy(), self.width)
+        written = kern.chain_inputs(last, batch.tokens, batch.sizes, self.pos, steps, self._slots.numpy(), self.width)
         assert written >= 0, "the slot mask is narrower than the step"
         return steps[0], steps[1], self._slots[:, :end]
 
     def _tree_inputs(self, last: np.ndarray, batch) -> tuple:
         """(tokens [b, N+1], positions [b, N+1], the additive 4D mask [b, 1, N+1, S+N+1]) of a tree step: on a CPU
         one kernel writes them all (the mask in float32, or float64, then in the model's dtype: the same values)."""
+        kern = kernels(_kernels)
         if not self.on_host:  # the mask built on the device
             tokens = np.empty((len(last), batch.width + 1), dtype=np.int64)
             tokens[:, 0], tokens[:, 1:] = last, batch.tokens
@@ -104,7 +106,7 @@ class CausalLM:
         b, q, dtype = len(last), batch.width + 1, self.facts.dtype
         steps = np.empty((2, b, q), dtype=np.int64)
         mask = np.empty((b, 1, q, self.width + q), dtype=np.float64 if dtype == torch.float64 else np.float32)
-        K.tree_inputs(last, batch.tokens, batch.parents, self.pos, self._slots.numpy(), self.width,
+        kern.tree_inputs(last, batch.tokens, batch.parents, self.pos, self._slots.numpy(), self.width,
                       torch.finfo(dtype).min, steps, mask)
         mask = torch.from_numpy(mask)
         return steps[0], steps[1], mask if mask.dtype == dtype else mask.to(dtype)
@@ -188,8 +190,9 @@ class CausalLM:
     def _kept(self, width: int, counts: np.ndarray) -> int:
         """Mask the step's first `width` slots (0: the most any row kept) to each row's root and counts [b] accepted
         nodes; move the positions on. Returns the width. The slot mask holds them (`commit` grew it)."""
+        kern = kernels(_kernels)
         if self.on_host:  # one kernel, the mask in place; it writes nothing (-1) where the mask is too narrow
-            width = K.commit_slots(self._slots.numpy(), self.width, width, counts, self.pos)
+            width = kern.commit_slots(self._slots.numpy(), self.width, width, counts, self.pos)
             assert width >= 0, "the slot mask is narrower than the step's commit"
             return width
         width = width or int(counts.max()) + 1

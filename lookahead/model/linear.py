@@ -26,7 +26,7 @@ import weakref
 import torch
 from torch import nn
 
-from .._store import Store, machine
+from ..runtime.store import Store, machine
 
 ROWS = 16  # row counts above this go to the plain kernel (as fast there); weights are packed for this many rows,
 # which serves fewer rows as well (packed for one row, MKL's layout is slower from two rows up)
@@ -112,7 +112,7 @@ class _Packs:
                     self.packed[i] = torch.ops.mkl._mkl_reorder_linear_weight(m.weight.detach(), ROWS)
                 self.keys[i] = key
         threads = torch.get_num_threads()
-        if threads not in self.faster:  # timed once per machine, shapes and threads: then read from disk (`_store`)
+        if threads not in self.faster:  # timed once per machine, shapes and threads: then read from disk (`runtime.store`)
             key = {"layers": [list(m.weight.shape) for m in self.layers], "threads": threads, "rows": ROWS,
                    "sample": SAMPLE_BYTES, "torch": torch.__version__, **machine()}
             stored, start = Store.default().get("linear-rows", key), time.perf_counter()

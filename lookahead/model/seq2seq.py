@@ -8,6 +8,7 @@ next step, in the same forward as its drafts (right-padded: causal attention hid
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from ..verify.rules import argmax

@@ -29,13 +29,13 @@ import numpy as np
 import torch
 
 from ..verify.rules import argmax, argmax_rows
-from .._jit import tiered
+from ..runtime.jit import kernels
 from . import _kernels
 from .facts import ModelFacts
 from .layers import SLIDING, LayerKinds, additive, check_windows_in_masks
 from .slot_cache import SlotCache, check_static
 
-K = tiered(_kernels)
+K = _kernels
 
 logger = logging.getLogger(__name__)
 WIDTHS = (1, 2, 4, 8, 16, 32, 64)  # query widths a step is padded to (one CUDA graph each); 64 at most: a query's
@@ -254,8 +254,9 @@ class StaticCausalLM:
     def _launch(self, last: np.ndarray, batch, stats) -> tuple:
         """Fill the step's inputs and run it: ((logits [b, width, V], argmax [b, width] or None), whether they are
         a replayed graph's outputs)."""
+        kern = kernels(_kernels)
         width = self._fits[batch.width + 1]  # >= the step's N + 1 columns (an IndexError past the widest width)
-        written = K.static_inputs(self._host(width), self.active, np.asarray(last, dtype=np.int64), batch.tokens,
+        written = kern.static_inputs(self._host(width), self.active, np.asarray(last, dtype=np.int64), batch.tokens,
                                   batch.parents, self.pos, self.write, width, _BIT)
         assert written >= 0, "the static step's input buffer is narrower than the step"
         out = self._run(width)
@@ -274,14 +275,15 @@ class StaticCausalLM:
     def commit(self, batch, verdict) -> None:
         """Advance each running row past its last token and accepted drafts (trees: packed behind it first, unless
         every row accepted its first nodes in order: `Verdict.in_place`)."""
+        kern = kernels(_kernels)
         rows = self.active
         if not verdict.in_place:
             cols = verdict.columns()  # [r, W] root then accepted nodes
             moves = self._moves(cols.shape[1])  # [2, b, W]: what the kernel writes
-            K.pack_moves(self.write, rows, cols, moves.numpy())  # one call: the numpy operations cost more
+            kern.pack_moves(self.write, rows, cols, moves.numpy())  # one call: the numpy operations cost more
             moves = moves.to(self.device, non_blocking=True)  # a CPU's: the buffer itself
             self.state.cache.move(moves[0], moves[1])
-        K.advance(self.write, self.pos, rows, verdict.counts)  # one call: a few numpy operations cost more
+        kern.advance(self.write, self.pos, rows, verdict.counts)  # one call: a few numpy operations cost more
 
     def _moves(self, width: int) -> torch.Tensor:
         """The host buffer [2, b, width] of a tree commit's slot moves, kept by the state for every width: pinned on

@@ -22,7 +22,7 @@ import threading
 import numpy as np
 import torch
 
-from .._jit import SERVED, tier
+from ..runtime.jit import SERVED, tier
 from ..decode.calibrate import budget, draft_cost
 from ..decode.policy import CostCurve
 from ..decode.settings import DRAFT_TOKENS, GenerationStats, make_settings
@@ -139,7 +139,7 @@ class Engine:
         """One turn of the loop. A step that fails ends the rows of its batch with an error (their clients hear
         of it) and the loop goes on with the rows that arrive next."""
         try:
-            with tier(SERVED):  # numba's kernels, or their Python twins while numba compiles them (`lookahead._jit`)
+            with tier(SERVED):  # numba's kernels, or their Python twins while numba compiles them (`lookahead.runtime.jit`)
                 self._admit()
                 self._drop([row.cancelled or row.done for row in self.rows])
                 if self.rows:

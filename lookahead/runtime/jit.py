@@ -4,21 +4,25 @@ Compiling the kernels a default call needs takes numba 10-20 s on a 2-core CPU, 
 from numba's cache in well under a second). Every kernel is plain Python that numba compiles, so until numba's cache
 holds them a call runs their Python source as it is (a *twin*: the same function over the same arrays; the drafts,
 the accepted tokens and the output are the same, only the host's part of a step is slower), while a background
-process compiles them at low priority on the CPU the call leaves free (`python -m lookahead._warm`). When it has
-compiled the kernels of a kind of call it writes their kind into a marker file beside numba's cache, and the next
-call of that kind in any process runs compiled. Deleting numba's cache (or a new `NUMBA_CACHE_DIR`, a changed kernel
-file, another numba) leaves no marker, so the tiers always follow the cache.
+process compiles them at low priority on the CPU the call leaves free (`python -m lookahead.warm`). That process
+belongs to the program that started it and ends with it (what it compiled so far stays in numba's cache, kernel by
+kernel); `lookahead warm` compiles everything ahead, in the foreground, for images and CI. When the kernels of a
+kind of call are compiled their kind goes into a marker file beside numba's cache, and the next call of that kind
+in any process runs compiled. Deleting numba's cache (or a new `NUMBA_CACHE_DIR`, a changed kernel file, another
+numba) leaves no marker, so the tiers always follow the cache.
 
-Callers read kernels through `tiered(module)` (``K = tiered(_kernels)``, then ``K.step(...)``); `tier(kind)` wraps a
-call and decides for everything inside it. Outside a call, and in processes that asked for it (`compiled`), the
-kernels are numba's.
+Callers bind a module's kernels once per function call with `kernels(module)` (``kern = kernels(_kernels)``, then
+``kern.step(...)``: the module itself, or its twins); `tier(kind)` wraps a call and decides for everything inside
+it. Outside a call, and in processes that asked for it (`compiled`), the kernels are numba's.
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import contextvars
 import functools
 import hashlib
+import importlib
 import json
 import logging
 import os
@@ -43,28 +47,25 @@ KINDS = (("ngram", "chain", 1, "dynamic", "greedy"), SERVED, ("ngram", "chain", 
 SCRATCH = "lookahead-jit-"  # the prefix of the background compiler's own cache folder
 _TWINS: contextvars.ContextVar = contextvars.ContextVar("lookahead_twins", default=None)  # None: numba's kernels
 _COMPILED: contextvars.ContextVar = contextvars.ContextVar("lookahead_compiled", default=False)
-_MODULES: dict = {}  # name -> a kernel module some caller reads through `tiered`
+# the modules of kernels that callers bind with `kernels` (the kernels they call are found from these)
+KERNEL_MODULES = ("lookahead.index._kernels", "lookahead.index._suffix_build", "lookahead.index._suffix_draft",
+                  "lookahead.index._recycle_kernels", "lookahead.decode._fused_kernels",
+                  "lookahead.decode._fused_recycle", "lookahead.decode._policy_kernels", "lookahead.verify._kernels",
+                  "lookahead.model._kernels")
 _STARTED: list = []  # the background process this process started, if any
 _WANTED: list = []  # a call ran the twins because its kernels were not compiled: start the background compiler
 
 
-class tiered:
-    """A kernel module read through the tiers: ``tiered(module).name`` is numba's kernel, or its Python twin inside
-    a call that `tier` gave the twins."""
-
-    __slots__ = ("_module",)
-
-    def __init__(self, module: types.ModuleType):
-        object.__setattr__(self, "_module", module)
-        _MODULES[module.__name__] = module
-
-    def __getattr__(self, name: str):
-        twins = _TWINS.get()
-        if twins is None:
-            return getattr(self._module, name)
-        if _WANTED and not _STARTED:  # at the first kernel a call needs: after what it timed (`calibrate`)
-            _start_background()
-        return getattr(twins[self._module.__name__], name)
+def kernels(module: types.ModuleType):
+    """The kernels of `module` for the call running here: the module itself (numba's kernels), or a namespace of
+    their Python twins inside a call that `tier` gave the twins. Bound once per function call (``k =
+    kernels(_kernels)``, then ``k.step(...)``), never read per access: a step calls it a few times, not per kernel."""
+    twins = _TWINS.get()
+    if twins is None:
+        return module
+    if _WANTED and not _STARTED:  # at the first kernel a call needs: after what it timed (`calibrate`)
+        _start_background()
+    return twins[module.__name__]
 
 
 def interpreted() -> bool:
@@ -114,8 +115,8 @@ def interpreted_kernels():
 @functools.cache
 def twins() -> dict:
     """module name -> a namespace of the module's names, each numba kernel replaced by its Python source bound to
-    the twin namespaces (so a kernel calling another calls its twin, never the compiler); for the modules read
-    through `tiered` and every kernel module they reach."""
+    the twin namespaces (so a kernel calling another calls its twin, never the compiler); for `KERNEL_MODULES` and
+    every kernel module they reach."""
     modules = _kernel_modules()
     scopes = {name: {} for name in modules}  # each twin function's globals
     made = {}  # id(kernel) -> its twin
@@ -142,9 +143,9 @@ def _is_kernel(value) -> bool:
 
 
 def _kernel_modules() -> dict:
-    """name -> module: those read through `tiered`, and every module holding kernels that one of them names (a
-    kernel module imported whole, or a kernel imported by name)."""
-    found, todo = {}, list(_MODULES.values())
+    """name -> module: `KERNEL_MODULES`, and every module holding kernels that one of them names (a kernel module
+    imported whole, or a kernel imported by name)."""
+    found, todo = {}, [importlib.import_module(name) for name in KERNEL_MODULES]
     while todo:
         module = todo.pop()
         if module.__name__ in found:
@@ -178,7 +179,7 @@ def marker() -> Path:
     what that cache depends on (numba, Python, the package's files: their sizes and modification times)."""
     import numba
 
-    package = Path(__file__).resolve().parent
+    package = Path(__file__).resolve().parents[1]
     files = [[str(f.relative_to(package)), f.stat().st_size, f.stat().st_mtime_ns]
              for f in sorted(package.rglob("*.py"))]
     key = hashlib.sha256(json.dumps([numba.__version__, sys.version, sys.executable, files]).encode()).hexdigest()
@@ -208,19 +209,22 @@ def _compiling() -> bool:
 
 
 def _start_background() -> None:
-    """Start the background compiler once per process (where another process runs one, it waits for it and then
-    finds nothing left to compile)."""
+    """Start the background compiler once per process, to end when this process ends (where another process runs
+    one, it waits for it and then finds nothing left to compile)."""
     if _STARTED:
         return
     # its timings stay its own (a folder it removes when done)
     env = dict(os.environ, XDG_CACHE_HOME=tempfile.mkdtemp(prefix=SCRATCH))
     try:
-        _STARTED.append(subprocess.Popen([sys.executable, "-m", "lookahead._warm", str(marker())], env=env,
+        _STARTED.append(subprocess.Popen([sys.executable, "-m", "lookahead.warm", "--marker", str(marker()),
+                                          "--parent", str(os.getpid())], env=env,
                                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                          stderr=subprocess.DEVNULL, start_new_session=True))
     except OSError as error:  # no compiler in the background: the twins run until a call compiles in its process
         _STARTED.append(None)
         logger.info("lookahead: cannot start the kernel compiler: %s", error)
     else:
-        logger.warning("lookahead: numba is compiling the kernels in the background (once per machine, a minute or "
-                       "two); calls run them as Python meanwhile, with the same tokens")
+        atexit.register(_STARTED[0].terminate)  # it also ends by itself when this process is gone (`warm._follow`)
+        logger.warning("lookahead: numba is compiling the kernels in the background while this program runs (once "
+                       "per machine, a minute or two; `lookahead warm` does it ahead); calls run them as Python "
+                       "meanwhile, with the same tokens")

@@ -135,6 +135,8 @@ def main(argv=None) -> int:
         _follow(args.parent)
     with contextlib.suppress(AttributeError, OSError):
         os.nice(19)
+    with contextlib.suppress(AttributeError, OSError):  # Linux: the CPU only when nothing else wants it
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     try:
         compile_kinds(Path(args.marker))
     finally:  # the cache folder `jit` made for it (its cost curves, measured beside a user's call)

@@ -219,7 +219,10 @@ def _start_background() -> None:
         _STARTED.append(subprocess.Popen([sys.executable, "-m", "lookahead.warm", "--marker", str(marker()),
                                           "--parent", str(os.getpid())], env=env,
                                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                         stderr=subprocess.DEVNULL, start_new_session=True))
+                                         stderr=subprocess.DEVNULL))
+        # the same session as this process: Linux shares the CPU fairly between sessions (autogroups) before niceness
+        # counts, so a compiler in a session of its own took a core from this one and made its torch threads wait
+        # for each other (SmolLM2's one-token forward 0.9 s instead of 55 ms beside it)
     except OSError as error:  # no compiler in the background: the twins run until a call compiles in its process
         _STARTED.append(None)
         logger.info("lookahead: cannot start the kernel compiler: %s", error)

@@ -5,8 +5,8 @@ Each phase is a fresh Python process (this script run with ``--child``):
 
 - fresh install: an empty ``NUMBA_CACHE_DIR`` and an empty lookahead cache (``XDG_CACHE_HOME``: the measured cost
   curve of ``draft_cost="auto"`` is measured again). The calls run the kernels' Python twins while a background
-  process compiles them (`lookahead.runtime.jit`); the script then waits until it has compiled the default call's kernels;
-- warm caches: a new process over the caches the first phase left (the kernels load from numba's cache);
+  process compiles them (`lookahead.runtime.jit`; it ends with the process); the script then runs `lookahead warm`;
+- warm caches: a new process over the caches the first phase and `lookahead warm` left;
 - fresh install, compiled in the call: another empty pair of caches, the calls inside `lookahead.runtime.jit.compiled()`,
   as every call was before the tiers (the kernels compile in the first call).
 
@@ -77,21 +77,17 @@ def run_child(args, env: dict, compiled: bool = False) -> dict:
     return result
 
 
-def wait_for_kernels(marker: Path, lookup: str, limit: float = 900.0) -> tuple:
-    """(seconds until the background compiler lists the default call's kind in its marker, seconds until it lists
-    every kind: then it has ended, and the next phase times a machine it no longer loads)."""
+def warm_ahead(env: dict) -> tuple:
+    """Run `lookahead warm` (``python -m lookahead.warm``) over the phase's caches, as an image or CI would between
+    the fresh install and later processes (the background compiler a call starts ends with its program); (seconds it
+    took, the kinds numba's cache held compiled before it: what the first process's compiler got done)."""
     from lookahead.runtime.jit import KINDS
 
-    start, first = time.perf_counter(), None
-    while time.perf_counter() - start < limit:
-        with contextlib.suppress(OSError, ValueError):
-            done = json.loads(marker.read_text())
-            if first is None and [lookup, "chain", 1, "dynamic", "greedy"] in done:
-                first = time.perf_counter() - start
-            if len(done) == len(KINDS):
-                return first, time.perf_counter() - start
-        time.sleep(0.5)
-    sys.exit(f"the background compiler did not list every kind in {marker} in {limit:.0f} s")
+    marker = next(Path(env["NUMBA_CACHE_DIR"]).rglob("lookahead-kernels-*.json"), None)
+    before = len(json.loads(marker.read_text())) if marker is not None else 0
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "lookahead.warm"], env=env, check=True, capture_output=True)
+    return time.perf_counter() - start, f"{before} of {len(KINDS)}"
 
 
 def first_requests(args, env: dict, requests: int = 3, root: Path = ROOT) -> dict:
@@ -173,15 +169,14 @@ def main() -> None:
         env = {**os.environ, "NUMBA_CACHE_DIR": f"{fresh}/numba", "XDG_CACHE_HOME": f"{fresh}/xdg",
                "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
         phases["fresh install"] = run_child(args, env)
-        compiled_after, all_after = wait_for_kernels(Path(phases["fresh install"]["marker"]), args.lookup)
+        warm_seconds, held = warm_ahead(env)
         phases["warm caches"] = run_child(args, env)
         env = {**env, "NUMBA_CACHE_DIR": f"{before}/numba", "XDG_CACHE_HOME": f"{before}/xdg"}
         phases["fresh install, compiled in the call"] = run_child(args, env, compiled=True)
     warm = phases["warm caches"]["second"]
     print(f"model {Path(args.model).name}, lookup={args.lookup}, {args.max_new_tokens} new tokens, "
-          f"{args.threads} torch thread(s); load {os.getloadavg()[0]:.2f}; a warm call {warm:.2f} s; the background "
-          f"compiler had the default call's kernels {compiled_after:.0f} s after the fresh process ended, every kind's "
-          f"{all_after:.0f} s after\n")
+          f"{args.threads} torch thread(s); load {os.getloadavg()[0]:.2f}; a warm call {warm:.2f} s; the fresh "
+          f"process's background compiler left {held} kinds compiled; `lookahead warm` then took {warm_seconds:.0f} s\n")
     print("| process | import s | model load s | first call s (kernels) | second call s (kernels) | first - a warm "
           "call s | start to first call's end s |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
@@ -196,19 +191,14 @@ def main() -> None:
 
 
 def serve_phases(args) -> None:
-    """The server's first requests: on a fresh install, on the caches it left once the background compiler ended,
+    """The server's first requests: on a fresh install, on the caches it and `lookahead warm` left,
     and, with --before REV, on a fresh install of the checkout REV (a commit before the tiers: the kernels compile in
     the first request)."""
     rows = {}
     with tempfile.TemporaryDirectory() as fresh, tempfile.TemporaryDirectory() as before:
         env = {**os.environ, "NUMBA_CACHE_DIR": f"{fresh}/numba", "XDG_CACHE_HOME": f"{fresh}/xdg"}
         rows["fresh install"] = first_requests(args, {**env, "PYTHONPATH": str(ROOT)})
-        start = time.perf_counter()  # the compiler the server started writes its marker after its first kind
-        while (marker := next(Path(fresh, "numba").rglob("lookahead-kernels-*.json"), None)) is None:
-            if time.perf_counter() - start > 900:
-                sys.exit("the background compiler wrote no marker in 900 s")
-            time.sleep(0.5)
-        wait_for_kernels(marker, args.lookup)
+        warm_ahead({**env, "PYTHONPATH": str(ROOT)})
         rows["warm caches"] = first_requests(args, {**env, "PYTHONPATH": str(ROOT)})
         if args.before:
             tree = Path(before) / "tree"

@@ -5,7 +5,8 @@ foreground, with a progress bar: run it once when building an image or a CI cach
 kernels' Python twins. Without it a call whose kernels are not compiled starts ``python -m lookahead.warm --marker
 MARKER --parent PID`` in the background: the same work at the lowest CPU priority, ending when the program that
 started it ends (kernels compiled so far stay in numba's cache). Each kind is one short call on the bundled model,
-most common first, listed in the marker file as soon as it is compiled; one compiler at a time (a lock).
+the kinds the program's calls wait for first, then the most common; each is listed in the marker file as soon as it
+is compiled; one compiler at a time (a lock).
 """
 from __future__ import annotations
 
@@ -111,6 +112,12 @@ def _call(model, kind: tuple, g: torch.Generator) -> None:
                  do_sample=decoding == "sample", **options)
 
 
+def ordered(first: list) -> list:
+    """`jit.KINDS`, the kinds in `first` (lists, as JSON gives them) before the others."""
+    first = [tuple(kind) for kind in first if tuple(kind) in _jit.KINDS]
+    return list(dict.fromkeys(first)) + [kind for kind in _jit.KINDS if kind not in first]
+
+
 def _follow(parent: int) -> None:
     """End this process (SIGTERM: the scratch folder is removed) once `parent` has ended (it is then re-parented)."""
     def watch():
@@ -127,6 +134,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lookahead.warm", description=__doc__.split("\n\n")[0])
     parser.add_argument("--marker", help="the marker file to list compiled kinds in (the background compiler)")
     parser.add_argument("--parent", type=int, help="end when this process ends (the background compiler)")
+    parser.add_argument("--first", type=json.loads, default=[],
+                        help="the kinds to compile first, as JSON (the background compiler: the calls waiting for them)")
     args = parser.parse_args(argv)
     if args.marker is None:
         warm()
@@ -138,7 +147,7 @@ def main(argv=None) -> int:
     with contextlib.suppress(AttributeError, OSError):  # Linux: the CPU only when nothing else wants it
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     try:
-        compile_kinds(Path(args.marker))
+        compile_kinds(Path(args.marker), ordered(args.first))
     finally:  # the cache folder `jit` made for it (its cost curves, measured beside a user's call)
         scratch = Path(os.environ.get("XDG_CACHE_HOME", ""))
         if scratch.name.startswith(_jit.SCRATCH):

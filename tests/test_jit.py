@@ -233,6 +233,15 @@ def test_the_background_compiler_ends_with_the_program_that_started_it(tmp_path,
     assert not running(), f"the compiler (pid {pid}) outlived its program ({ending})"
 
 
+def test_the_background_compiler_starts_with_the_kinds_the_calls_wait_for():
+    """The kinds the program's calls ran as twins go first (`--first`), then the rest in `KINDS`' order."""
+    from lookahead import warm
+
+    tree = ("suffix", "tree", 1, "dynamic", "greedy")
+    assert warm.ordered([list(tree), ["no", "such", 1, "kind", "x"]]) == [tree] + [k for k in _jit.KINDS if k != tree]
+    assert warm.ordered([]) == list(_jit.KINDS)
+
+
 def test_warm_compiles_every_kind_ahead_and_lists_it(tmp_path, monkeypatch):
     """`lookahead warm` (`lookahead.warm.warm`) compiles every kind of call and lists it in the marker, so that no
     later call runs the twins; run again, it finds nothing left to do."""

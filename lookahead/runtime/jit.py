@@ -217,7 +217,7 @@ def _start_background() -> None:
     env = dict(os.environ, XDG_CACHE_HOME=tempfile.mkdtemp(prefix=SCRATCH))
     try:
         _STARTED.append(subprocess.Popen([sys.executable, "-m", "lookahead.warm", "--marker", str(marker()),
-                                          "--parent", str(os.getpid())], env=env,
+                                          "--parent", str(os.getpid()), "--first", json.dumps(_WANTED)], env=env,
                                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                          stderr=subprocess.DEVNULL))
         # the same session as this process: Linux shares the CPU fairly between sessions (autogroups) before niceness

@@ -25,6 +25,12 @@ import lookahead
 from lookahead import models
 
 
+def served_whole(client, model: str, messages, max_tokens: int) -> tuple:
+    begin = time.perf_counter()
+    r = client.chat.completions.create(model=model, messages=messages, max_tokens=max_tokens, temperature=0)
+    return time.perf_counter() - begin, r.usage.completion_tokens, r.choices[0].message.content, None
+
+
 def served(client, model: str, messages, max_tokens: int) -> tuple:
     """(seconds, new tokens, text) of one streamed greedy request."""
     begin = time.perf_counter()
@@ -34,19 +40,20 @@ def served(client, model: str, messages, max_tokens: int) -> tuple:
         usage = chunk.usage or usage
         if chunk.choices and chunk.choices[0].delta.content:
             parts.append(chunk.choices[0].delta.content)
-    return time.perf_counter() - begin, usage.completion_tokens, "".join(parts)
+    forwards = (getattr(usage, "lookahead", None) or {}).get("forwards")
+    return time.perf_counter() - begin, usage.completion_tokens, "".join(parts), forwards
 
 
 def generated(model, tok, messages, max_tokens: int) -> tuple:
     """(seconds, new tokens, text) of `lookahead.generate` on the same chat prompt."""
     ids = tok.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True).input_ids
     begin = time.perf_counter()
-    out = lookahead.generate(model, ids, max_new_tokens=max_tokens)
+    out, stats = lookahead.generate(model, ids, max_new_tokens=max_tokens, return_stats=True)
     seconds = time.perf_counter() - begin
     new = out[0, ids.shape[1]:].tolist()
     if tok.eos_token_id in new:
         new = new[: new.index(tok.eos_token_id)]
-    return seconds, len(new), tok.decode(new, skip_special_tokens=True)
+    return seconds, len(new), tok.decode(new, skip_special_tokens=True), stats.forward_passes
 
 
 def main() -> None:
@@ -58,6 +65,7 @@ def main() -> None:
     p.add_argument("--max-tokens", type=int, default=128)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--rounds", type=int, default=2, help="timed rounds after a warm-up round (default 2)")
+    p.add_argument("--whole", action="store_true", help="ask for whole answers, not streamed ones")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     model, tok, _ = models.load(args.model)
@@ -70,7 +78,7 @@ def main() -> None:
     try:
         for r in range(args.rounds + 1):
             for i, (workload, messages, _) in enumerate(work):
-                s = served(client, name, messages, args.max_tokens)
+                s = (served_whole if args.whole else served)(client, name, messages, args.max_tokens)
                 g = generated(model, tok, messages, args.max_tokens)
                 if r:
                     rows.setdefault(workload, []).append((s, g))
@@ -82,12 +90,15 @@ def main() -> None:
           f"{len(work)} prompts x {args.rounds} rounds; {platform.processor() or platform.machine()}; "
           f"commit {subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], capture_output=True, text=True).stdout.strip()}"
           f"; same text {same} of {sum(map(len, rows.values()))}\n")
-    print("| workload | generate ms/token | serve ms/token | serve / generate |\n| --- | ---: | ---: | ---: |")
+    print("| workload | generate ms/token | serve ms/token | serve / generate | forwards: generate, serve |\n"
+          "| --- | ---: | ---: | ---: | ---: |")
     for workload, pairs in list(rows.items()) + [("all", [x for v in rows.values() for x in v])]:
         g = sum(x[1][0] for x in pairs) / sum(x[1][1] for x in pairs) * 1e3
         s = sum(x[0][0] for x in pairs) / sum(x[0][1] for x in pairs) * 1e3
         ratios = [(x[0][0] / x[0][1]) / (x[1][0] / x[1][1]) for x in pairs]
-        print(f"| {workload} | {g:.1f} | {s:.1f} | {s / g:.2f} (median per prompt {statistics.median(ratios):.2f}) |")
+        forwards = (sum(x[1][3] for x in pairs), sum(x[0][3] or 0 for x in pairs))
+        print(f"| {workload} | {g:.1f} | {s:.1f} | {s / g:.2f} (median per prompt {statistics.median(ratios):.2f}) | "
+              f"{forwards[0]}, {forwards[1]} |")
 
 
 if __name__ == "__main__":

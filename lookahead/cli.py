@@ -39,7 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--task", choices=DEMO_TASKS, default="summarize",
                       help="what a chat model does: summarize an article or edit code (default summarize)")
     demo.add_argument("--max-new-tokens", type=positive_int, default=128)
-    demo.add_argument("--max-ngram", type=positive_int, default=4)
+    demo.add_argument("--max-ngram", type=positive_int, default=None, help="longest n-gram matched (default: "
+                      "lookahead.generate's)")
     demo.add_argument("--rounds", type=positive_int, default=3,
                       help="timed runs of each decoder, in turns; the median counts (default 3)")
     demo.add_argument("--threads", type=positive_int, default=None,

@@ -24,8 +24,8 @@ from .decode.calibrate import budget, draft_cost
 from .decode.loop import Rows, assemble, make_run, run_loop, token_ids
 from .decode.policy import CostCurve
 from .decode.processing import max_new_tokens as _max_new
-from .decode.settings import (GenerationStats, Settings, check_supported, eos_override, hf_kwargs, make_settings,
-                              refuse_assistant, with_stop_strings)
+from .decode.settings import (OPTIONS, GenerationStats, Settings, check_supported, eos_override, hf_kwargs,
+                              make_settings, refuse_assistant, with_stop_strings)
 from .index.build import RECYCLING, row_indexes
 from .index.recycle import Recycled
 from .model import make_target
@@ -44,12 +44,12 @@ def generate(
     input_ids,
     *,
     attention_mask=None,
-    lookup: str = "ngram",
-    max_ngram: int = 4,
-    min_ngram: int = 1,
+    lookup: str = OPTIONS["lookup"],
+    max_ngram: int = OPTIONS["max_ngram"],
+    min_ngram: int = OPTIONS["min_ngram"],
     num_draft_tokens: int | None = None,
     draft_cost: float | tuple | str | None = None,
-    draft: str = "chain",
+    draft: str = OPTIONS["draft"],
     max_draft_nodes: int | None = None,
     memory=None,
     max_new_tokens: int | None = None,

@@ -12,11 +12,12 @@ from __future__ import annotations
 import functools
 
 from .generate import decode
-from .decode.settings import make_settings
+from .decode.settings import OPTIONS, make_settings
 
 
-def custom_generate(model, input_ids, logits_processor, stopping_criteria, generation_config, *, lookup="ngram",
-                    max_ngram=4, min_ngram=1, num_draft_tokens=None, draft_cost=None, draft="chain",
+def custom_generate(model, input_ids, logits_processor, stopping_criteria, generation_config, *,
+                    lookup=OPTIONS["lookup"], max_ngram=OPTIONS["max_ngram"], min_ngram=OPTIONS["min_ngram"],
+                    num_draft_tokens=None, draft_cost=None, draft=OPTIONS["draft"],
                     max_draft_nodes=None, memory=None, documents=None, tokenizer=None, generator=None, streamer=None,
                     inputs_tensor=None, **model_kwargs):
     """The lookahead decoding loop in the form `model.generate(custom_generate=...)` calls.

@@ -141,3 +141,28 @@ def test_loads_with_from_pretrained(tmp_path):
     ids = repeated_prompt(3, 36)[None]
     assert torch.equal(generate(model, ids, max_new_tokens=30), model.generate(ids, do_sample=False,
                                                                                 max_new_tokens=30))
+
+
+def test_every_entry_point_takes_its_option_defaults_from_one_place():
+    """`decode.settings.OPTIONS` is where lookahead's option defaults are written: `generate`, `custom_generate`,
+    the checked `Settings`, `lookahead serve`'s per-request `Drafting` and the index constructors agree with it."""
+    import dataclasses
+    import inspect
+
+    from lookahead import custom_generate
+    from lookahead.decode.settings import OPTIONS, make_settings
+    from lookahead.index import NgramIndex
+    from lookahead.serve.row import Drafting
+
+    for function in (generate, custom_generate):
+        parameters = inspect.signature(function).parameters
+        assert {k: parameters[k].default for k in OPTIONS if k in parameters} == \
+            {k: v for k, v in OPTIONS.items() if k in parameters}, function.__name__
+    settings = make_settings()
+    assert {k: getattr(settings, k) for k in OPTIONS if k != "tokenizer"} == \
+        {k: v for k, v in OPTIONS.items() if k != "tokenizer"}
+    served = {f.name: f.default for f in dataclasses.fields(Drafting)}
+    assert {k: served[k] for k in ("lookup", "draft", "max_ngram", "min_ngram")} == \
+        {k: OPTIONS[k] for k in ("lookup", "draft", "max_ngram", "min_ngram")}
+    index = NgramIndex()
+    assert (index.max_ngram, index.min_ngram) == (OPTIONS["max_ngram"], OPTIONS["min_ngram"])

@@ -90,7 +90,7 @@ def _oracle(kind: str) -> Callable[[Setup], Callable]:
 def _ngram(setup: Setup):
     from ..index import NgramIndex
 
-    return NgramIndex(max_ngram=4, min_ngram=1)
+    return NgramIndex()
 
 
 def _suffix(setup: Setup):

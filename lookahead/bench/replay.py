@@ -18,7 +18,7 @@ so is the cost model of the predicted speedup (`lookahead.decode.policy.step_cos
 
 Example::
 
-    stats = replay_dataset(lambda trace: NgramIndex(max_ngram=4), traces, budget=10)
+    stats = replay_dataset(lambda trace: NgramIndex(), traces, budget=10)
     print(stats.tokens_per_forward, stats.acceptance_rate, predicted_speedup(stats, ratio_cost(1.1)))
 """
 from __future__ import annotations

@@ -12,7 +12,7 @@ from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteria
 from transformers.generation.stopping_criteria import StopStringCriteria
 
 from .. import _checks as V
-from ..index.ngram import MAX_NGRAM
+from ..index.ngram import DEFAULT_MAX_NGRAM, MAX_NGRAM
 from .policy import CostCurve
 
 
@@ -72,16 +72,24 @@ class Clock:
         self.seconds["total"] = self.seconds.get("total", 0.0) + time.perf_counter() - self.start
 
 
+# The options every entry point takes, with their defaults: the one place they are written (`generate`,
+# `custom_generate`, `plugin`, `pipeline`, `lookahead serve`'s per-request `lookahead` options and the job read them
+# here; tests/test_generate.py holds each signature to it).
+OPTIONS = {"lookup": "ngram", "max_ngram": DEFAULT_MAX_NGRAM, "min_ngram": 1, "num_draft_tokens": None,
+           "draft_cost": None, "draft": "chain", "max_draft_nodes": None, "memory": None, "documents": None,
+           "tokenizer": None, "generator": None, "streamer": None}
+
+
 @dataclass
 class Settings:
     """Lookahead's own arguments of one call, checked (see `lookahead.generate` for their meaning)."""
 
-    lookup: str = "ngram"
-    max_ngram: int = 4
-    min_ngram: int = 1
+    lookup: str = OPTIONS["lookup"]
+    max_ngram: int = OPTIONS["max_ngram"]
+    min_ngram: int = OPTIONS["min_ngram"]
     num_draft_tokens: int | None = None  # None: DRAFT_TOKENS, or what the static step's width holds
     draft_cost: object = None  # None, a number, (overhead, per_token), a CostCurve or "auto"
-    draft: str = "chain"
+    draft: str = OPTIONS["draft"]
     max_draft_nodes: int | None = None  # None: DRAFT_NODES, or what the static step's width holds
     memory: object = None  # a lookahead.Memory
     documents: list | None = None  # None, or per-row lists of 1-D int64 arrays
@@ -125,10 +133,6 @@ def _warn_cut(name: str, value: int, most: int) -> None:
         "cache_implementation='dynamic' for more)", name, value, most)
 
 
-# The options every entry point (generate, custom_generate, plugin, pipeline) takes, with their defaults.
-OPTIONS = {"lookup": "ngram", "max_ngram": 4, "min_ngram": 1, "num_draft_tokens": None, "draft_cost": None,
-           "draft": "chain", "max_draft_nodes": None, "memory": None, "documents": None, "tokenizer": None,
-           "generator": None, "streamer": None}
 MAX_STEP = 1024  # most draft tokens or tree nodes verified per row and step: more cannot pay for a forward
 DRAFT_TOKENS = 10  # num_draft_tokens when not given (a static step: as many as its width for 10 holds)
 DRAFT_NODES = 32  # max_draft_nodes when not given (a static step: as many as its width for 32 holds)

@@ -21,7 +21,7 @@ import torch
 
 from .. import models
 from .article import ARTICLE
-from ..generate import generate
+from ..generate import OPTIONS, generate
 from ..models import gguf
 from ..runtime.threads import busy_cores, choose_threads, cpu_count
 
@@ -126,7 +126,7 @@ def _time_both(model, ids, max_new_tokens: int, max_ngram: int, rounds: int) -> 
                  forwards)
 
 
-def run(model_id: str | None = None, max_new_tokens: int = 128, device: str = "cpu", max_ngram: int = 4,
+def run(model_id: str | None = None, max_new_tokens: int = 128, device: str = "cpu", max_ngram: int | None = None,
         rounds: int = 3, threads: int | None = None, task: str = "summarize") -> bool:
     """Run both decoders on the grounded prompt, print the comparison; return whether the outputs are identical.
 
@@ -134,7 +134,7 @@ def run(model_id: str | None = None, max_new_tokens: int = 128, device: str = "c
         model_id: a folder, hub id, ``.gguf`` file or ``smollm2`` (default `default_model`).
         max_new_tokens: most new tokens of each run.
         device: where the model runs.
-        max_ngram: lookahead's longest n-gram.
+        max_ngram: lookahead's longest n-gram (default: `lookahead.generate`'s).
         rounds: timed runs of each decoder, in turns (the median counts).
         threads: torch threads on a CPU (default: the free cores, `choose_threads`); restored afterwards.
         task: "summarize" (the article) or "code-edit", for chat models.
@@ -154,7 +154,7 @@ def run(model_id: str | None = None, max_new_tokens: int = 128, device: str = "c
         model, tok, note = load(model_id or default_model(), device)
         ids = _prompt_ids(tok, device, task)
         _check_length(model, ids, max_new_tokens)
-        timed = _time_both(model, ids, max_new_tokens, max_ngram, rounds)
+        timed = _time_both(model, ids, max_new_tokens, max_ngram or OPTIONS["max_ngram"], rounds)
     finally:
         torch.set_num_threads(before)
     return _report(tok, ids, timed, note, rounds, chosen, busy, device)

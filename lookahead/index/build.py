@@ -1,7 +1,7 @@
 """The indexes a call drafts from, one per row: the memory's tokens as background, the row's documents, its prompt."""
 from __future__ import annotations
 
-from .ngram import NgramIndex
+from .ngram import DEFAULT_MAX_NGRAM, NgramIndex
 from .recycle import RecycleIndex
 from .suffix import SuffixIndex
 
@@ -9,7 +9,7 @@ LOOKUPS = ("ngram", "suffix")
 RECYCLING = ("recycle", "suffix+recycle")  # lookups that draft from a `Recycled` shared by the call's rows
 
 
-def new_index(lookup: str, max_ngram: int = 4, min_ngram: int = 1):
+def new_index(lookup: str, max_ngram: int = DEFAULT_MAX_NGRAM, min_ngram: int = 1):
     """An empty index of the given kind: ``NgramIndex(max_ngram, min_ngram)`` or ``SuffixIndex()``.
 
     Raises:

@@ -8,6 +8,7 @@ import numpy as np
 from .._checks import check_int
 from ._tokens import as_token_array, range_error
 from .build import new_index
+from .ngram import DEFAULT_MAX_NGRAM
 from .recycle import Recycled
 
 _INT32_MAX = np.iinfo(np.int32).max
@@ -103,7 +104,7 @@ class Memory:
                 new = new[: keep.max() + 1] if keep.size else new[:0]
             self.add_tokens(np.concatenate([row[:prompt_len][row_mask], new]))
 
-    def request_index(self, lookup: str, max_ngram: int = 4, min_ngram: int = 1):
+    def request_index(self, lookup: str, max_ngram: int = DEFAULT_MAX_NGRAM, min_ngram: int = 1):
         """A new index holding everything the memory holds, for one request to extend with its own documents and
         tokens: a copy of the memory's index of that kind (built on first use, then kept current as tokens are
         added). A `SuffixIndex` comes marked with `begin_request()` when the memory holds tokens, so that a copy

@@ -17,6 +17,7 @@ _MIN_CAPACITY = 1024
 # max_ngram); longer n-grams would only choose among occurrences that agree on 64 tokens, at 48 bytes per token
 # per length.
 MAX_NGRAM = 64
+DEFAULT_MAX_NGRAM = 4  # every entry point's default max_ngram (`decode.settings.OPTIONS` reads it from here)
 
 
 class NgramIndex:
@@ -54,7 +55,7 @@ class NgramIndex:
         [7, 8]
     """
 
-    def __init__(self, max_ngram: int = 4, min_ngram: int = 1):
+    def __init__(self, max_ngram: int = DEFAULT_MAX_NGRAM, min_ngram: int = 1):
         self.max_ngram = check_int("max_ngram", max_ngram, 1, MAX_NGRAM)
         self.min_ngram = check_int("min_ngram", min_ngram, 1)
         if self.min_ngram > self.max_ngram:

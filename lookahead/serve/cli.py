@@ -39,16 +39,18 @@ def _serve(args) -> int:
     if args.engine == "local" and args.replicas != 1:
         args.parser.error("--replicas needs --engine ray")
     try:
-        from .server import configure, serve
+        from . import server
         if args.engine == "ray":
-            from .ray_engine import run as serve
+            from .ray_engine import run
+        else:
+            run = server.serve
     except ImportError as error:
         print(f"lookahead serve: error: {error.name or error} is not installed: pip install \"lookahead[serve]\"",
               file=sys.stderr)
         return 2
     try:
-        configure(args)
-        return serve(args)
+        server.configure(args)
+        return run(args)
     except (ValueError, ImportError) as error:
         print(f"lookahead serve: error: {error}", file=sys.stderr)
         return 2

@@ -10,6 +10,7 @@ import torch
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
 
 from ..decode.policy import DraftLength
+from ..decode.settings import DRAFT_NODES, OPTIONS
 from ..decode.sizing import TreeSizing
 from ..index.build import row_indexes
 from ..index.draft import Draft
@@ -39,12 +40,12 @@ class Sampling:
 class Drafting:
     """A request's `lookahead` options (see `lookahead.generate`); lookup "none": plain decoding."""
 
-    lookup: str = "ngram"
-    draft: str = "chain"
+    lookup: str = OPTIONS["lookup"]
+    draft: str = OPTIONS["draft"]
     num_draft_tokens: int | None = None  # None: the server's default
-    max_draft_nodes: int = 32
-    max_ngram: int = 4
-    min_ngram: int = 1
+    max_draft_nodes: int = DRAFT_NODES
+    max_ngram: int = OPTIONS["max_ngram"]
+    min_ngram: int = OPTIONS["min_ngram"]
 
 
 @dataclass

@@ -196,7 +196,7 @@ def test_the_server_loop_runs_the_twins_in_its_creators_tier(model):
         finally:
             engine.stop()
         assert engine.error is None and [row.out for row in rows] == want
-        accepted.append(sum(row.counters.accepted for row in rows))
+        accepted.append(sum(row.stats.accepted_tokens for row in rows))
     assert accepted[0] > 0
 
 

@@ -413,7 +413,7 @@ def test_recurrent_models_serve_each_joined_row_on_its_own_state(name):
     engine = Engine(model, draft_cost=0)
     rows = _joined(engine, prompts, F.NEW, tok, predictions)
     assert engine.error is None and [row.out for row in rows] == want
-    assert sum(row.counters.accepted for row in rows) >= F.NEW
+    assert sum(row.stats.accepted_tokens for row in rows) >= F.NEW
     from lookahead.model.recurrent import recurrent_modules
 
     assert not any(module._forward_pre_hooks for module in recurrent_modules(model))  # no request left its hooks

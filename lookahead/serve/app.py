@@ -264,7 +264,7 @@ class Reply:
         `lookahead`: every draft token verified and accepted, the draft tokens that came from the prediction
         (accepted and rejected by the target), and the forwards (row forwards summed over the choices, the prefill
         included)."""
-        c = [row.counters for row in self.rows]
+        c = [row.stats for row in self.rows]
         completion = sum(len(row.out) for row in self.rows)
         accepted = sum(predicted_in(row.prediction, row.out) for row in self.rows)
         predicted = sum(len(row.prediction) for row in self.rows if row.prediction is not None)
@@ -273,10 +273,11 @@ class Reply:
                 "completion_tokens_details": {"accepted_prediction_tokens": accepted,
                                               "rejected_prediction_tokens": predicted - accepted,
                                               "reasoning_tokens": 0},
-                "lookahead": {"draft_tokens": sum(x.drafted for x in c), "accepted_tokens": sum(x.accepted for x in c),
+                "lookahead": {"draft_tokens": sum(x.draft_tokens for x in c),
+                              "accepted_tokens": sum(x.accepted_tokens for x in c),
                               "prediction_drafted": sum(x.prediction_accepted + x.prediction_rejected for x in c),
                               "prediction_accepted": sum(x.prediction_accepted for x in c),
-                              "forwards": sum(x.forwards for x in c)}}
+                              "forwards": sum(x.forward_passes for x in c)}}
 
     def whole(self) -> dict:
         choices = []

@@ -177,7 +177,7 @@ class Engine:
         if self.metrics is not None:
             self.metrics.forwards.inc()
             self.metrics.prompt_tokens.inc(len(row.prompt))
-        row.counters.forwards += 1
+        row.stats.add_forward(1)
         token = int(argmax_rows(logits[None], torch.zeros(1, dtype=torch.long), 1)[0, 0]) if row.sampling.greedy \
             else int(torch.multinomial(torch.softmax(row.sampling.warp(logits), -1), 1, generator=row.generator))
         if row.advance([token]):
@@ -261,10 +261,10 @@ class Engine:
     def _finished(self, row, finish: str) -> None:
         """Close a row, remember it (the memory), count it, log what it drafted."""
         row.close(finish)
-        c = row.counters
+        c = row.stats
         logger.info("lookahead serve: a row ended (%s): %d tokens in %d forwards; drafted %d, accepted %d; from the "
-                    "prediction drafted %d, accepted %d", row.finish, len(row.out), c.forwards, c.drafted, c.accepted,
-                    c.prediction_accepted + c.prediction_rejected, c.prediction_accepted)
+                    "prediction drafted %d, accepted %d", row.finish, len(row.out), c.forward_passes, c.draft_tokens,
+                    c.accepted_tokens, c.prediction_accepted + c.prediction_rejected, c.prediction_accepted)
         if self.memory is not None and row.finish != "cancelled":
             self.memory.add_tokens(np.concatenate([row.prompt, np.asarray(row.out, dtype=np.int64)]))
         if self.metrics is not None:

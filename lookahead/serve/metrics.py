@@ -36,15 +36,15 @@ class Metrics:
 
     def row_done(self, row) -> None:
         """Count a finished (or cancelled) row."""
-        lookup, c = row.drafting.lookup if row.index is not None else "none", row.counters
+        lookup, c = row.drafting.lookup if row.index is not None else "none", row.stats
         self.rows.labels(row.finish).inc()
         self.tokens.labels(lookup).inc(len(row.out))
-        self.row_forwards.labels(lookup).inc(c.forwards)
-        self.drafted.labels(lookup).inc(c.drafted)
-        self.accepted.labels(lookup).inc(c.accepted)
+        self.row_forwards.labels(lookup).inc(c.forward_passes)
+        self.drafted.labels(lookup).inc(c.draft_tokens)
+        self.accepted.labels(lookup).inc(c.accepted_tokens)
         for key in (lookup, "all"):
             t = self._totals.setdefault(key, [0, 0, 0, 0])
-            for i, v in enumerate((len(row.out), c.forwards, c.drafted, c.accepted)):
+            for i, v in enumerate((len(row.out), c.forward_passes, c.draft_tokens, c.accepted_tokens)):
                 t[i] += v
             self.tokens_per_forward.labels(key).set(t[0] / max(t[1], 1))
             self.acceptance.labels(key).set(t[3] / max(t[2], 1))

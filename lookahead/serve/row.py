@@ -1,16 +1,16 @@
 """`Row`: one choice of one request, as the engine decodes it: its tokens, its index and draft policy, its sampling
-rule, its text and its counters."""
+rule, its text and its `RowStats`."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
 
 from ..decode.policy import DraftLength
-from ..decode.settings import DRAFT_NODES, OPTIONS
+from ..decode.settings import DRAFT_NODES, OPTIONS, GenerationStats
 from ..decode.sizing import TreeSizing
 from ..index.build import row_indexes
 from ..index.draft import Draft
@@ -49,13 +49,11 @@ class Drafting:
 
 
 @dataclass
-class Counters:
-    """What a row's steps drafted and kept. `prediction_*`: draft tokens that came from the request's prediction
-    (a draft counts as the prediction's when its tokens appear in a row in the prediction), accepted or not."""
+class RowStats(GenerationStats):
+    """A row's `GenerationStats` (a forward counts once per step the row took part in), with the draft tokens that
+    came from the request's prediction (a draft counts as the prediction's when its tokens appear in a row in the
+    prediction), accepted or not."""
 
-    drafted: int = 0
-    accepted: int = 0
-    forwards: int = 0
     prediction_accepted: int = 0
     prediction_rejected: int = 0
 
@@ -82,7 +80,7 @@ class Row:
         self.text = TextOut(tokenizer, stops)
         self.emit = emit or (lambda event: None)
         self.out: list = []
-        self.counters = Counters()
+        self.stats = RowStats()
         self.predicted = 0 if prediction is not None and len(prediction) else None  # where the prediction goes on
         # after the answer so far (None: nowhere, or no prediction)
         self.index = self.length = self.tree = self.generator = None
@@ -156,12 +154,12 @@ class Row:
 
     def learn(self, draft: Draft, path: list) -> None:
         """Teach the draft policy what was accepted of `draft` (the accepted node indices `path`); count it."""
-        c = self.counters
-        c.forwards += 1
+        c = self.stats
+        c.add_forward(1)
         if self.index is None:
             return
-        c.drafted += len(draft)
-        c.accepted += len(path)
+        c.draft_tokens += len(draft)
+        c.accepted_tokens += len(path)
         if len(draft) and self._from_prediction(draft):
             c.prediction_accepted += len(path)
             c.prediction_rejected += len(draft) - len(path)

@@ -7,7 +7,7 @@ Each phase is a fresh Python process (this script run with ``--child``):
   curve of ``draft_cost="auto"`` is measured again). The calls run the kernels' Python twins while a background
   process compiles them (`lookahead.runtime.jit`; it ends with the process); the script then runs `lookahead warm`;
 - warm caches: a new process over the caches the first phase and `lookahead warm` left;
-- fresh install, compiled in the call: another empty pair of caches, the calls inside `lookahead.runtime.jit.compiled()`,
+- fresh install, compiled in the call: another empty pair of caches, the calls inside `runtime.jit.compiled()`,
   as every call was before the tiers (the kernels compile in the first call).
 
 In each, the model is loaded, then the same default call (``lookahead.generate(model, ids, max_new_tokens=N)``, the
@@ -176,7 +176,8 @@ def main() -> None:
     warm = phases["warm caches"]["second"]
     print(f"model {Path(args.model).name}, lookup={args.lookup}, {args.max_new_tokens} new tokens, "
           f"{args.threads} torch thread(s); load {os.getloadavg()[0]:.2f}; a warm call {warm:.2f} s; the fresh "
-          f"process's background compiler left {held} kinds compiled; `lookahead warm` then took {warm_seconds:.0f} s\n")
+          f"process's background compiler left {held} kinds compiled; `lookahead warm` then took "
+          f"{warm_seconds:.0f} s\n")
     print("| process | import s | model load s | first call s (kernels) | second call s (kernels) | first - a warm "
           "call s | start to first call's end s |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")

@@ -86,10 +86,10 @@ def main() -> None:
     finally:
         server.terminate()
         server.wait(timeout=60)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     print(f"{args.model}, {args.threads} torch threads each, {args.max_tokens} new tokens at most, "
           f"{len(work)} prompts x {args.rounds} rounds; {platform.processor() or platform.machine()}; "
-          f"commit {subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], capture_output=True, text=True).stdout.strip()}"
-          f"; same text {same} of {sum(map(len, rows.values()))}\n")
+          f"commit {commit}; same text {same} of {sum(map(len, rows.values()))}\n")
     print("| workload | generate ms/token | serve ms/token | serve / generate | forwards: generate, serve |\n"
           "| --- | ---: | ---: | ---: | ---: |")
     for workload, pairs in list(rows.items()) + [("all", [x for v in rows.values() for x in v])]:

@@ -272,7 +272,7 @@ def test_tree_draft_kernel_keeps_what_tree_sizing_keeps():
         widest = K.draft_trees(typed.List([ix._arrays for ix in indexes]), typed.List([ix._scratch for ix in indexes]),
                                lens, max_new, max_nodes, np.array([padded(n) for n in range(max_nodes + 1)]), _BUCKETS,
                                policy.accepted, policy.rejected, policy.version, *policy.tables(r), cal.EDGES,
-                               cal.accepted, cal.seen, cal.prior, sizing._step_costs(r), tokens, parents, probs, *ints)
+                               cal.accepted, cal.seen, cal.prior, sizing.step_costs(r), tokens, parents, probs, *ints)
         want_tokens, want_parents, want_sizes = pack_trees([(d.tokens, d.parents) for d in expected])
         assert ints[0].tolist() == want_sizes.tolist() and widest == want_tokens.shape[1]
         assert (tokens[:, :widest] == want_tokens).all() and (parents[:, :widest] == want_parents).all()

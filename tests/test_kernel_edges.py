@@ -73,7 +73,7 @@ def _extend_kernel(index, new: np.ndarray) -> int:
 def test_extend_kernels_append_exactly_while_the_arrays_fit_and_nothing_after(make, seed, chunk):
     """Fed in chunks straight to the kernel (as the fused step feeds it), an index appends each chunk exactly when
     its arrays take it by the written-out rule; otherwise the kernel answers FULL and every array is as it was,
-    and once grown (`_reserve`) it appends. The index then answers as one fed through `extend`."""
+    and once grown (`reserve`) it appends. The index then answers as one fed through `extend`."""
     tokens = np.random.default_rng(seed).integers(0, 40, 2600)
     index, reference = make(), make()
     fulls = 0
@@ -85,7 +85,7 @@ def test_extend_kernels_append_exactly_while_the_arrays_fit_and_nothing_after(ma
         if not fits:
             fulls += 1
             assert all(np.array_equal(a, b) for a, b in zip(before, _arrays_of(index)))
-            index._reserve(len(new))
+            index.reserve(len(new))
             assert _extend_kernel(index, new) == len(new)
         reference.extend(new)
     assert fulls > 0 and len(index) == len(tokens)
@@ -155,7 +155,7 @@ def test_fused_drafts_write_at_most_their_buffers_width(kind, width):
     else:
         cal = sizing.calibration
         FK.draft_trees(typed.List([ix._arrays for ix in indexes]), typed.List([ix._scratch for ix in indexes]),
-                       *common, cal.EDGES, cal.accepted, cal.seen, cal.prior, sizing._step_costs(r), tokens, parents,
+                       *common, cal.EDGES, cal.accepted, cal.seen, cal.prior, sizing.step_costs(r), tokens, parents,
                        probs, sizes, matches, budgets, np.zeros(r, np.int64))
     assert sizes.tolist() == [width] * r
     for k, ix in enumerate(indexes):

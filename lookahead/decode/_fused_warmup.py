@@ -16,7 +16,7 @@ def warm_up_chains(many: bool = False) -> None:
 
     index = NgramIndex(4)
     index.extend(np.array([1, 2, 3, 1, 2], dtype=np.int64))
-    for items in _variants((index._hist, index._table, index._state), many):
+    for items in _variants(index.kernel_state(), many):
         _warm(*items)
 
 
@@ -35,8 +35,7 @@ def _warm_suffix(warm, many: bool) -> None:
 
     suffix = SuffixIndex()
     suffix.extend(np.array([1, 2, 3, 1, 2], dtype=np.int64))
-    suffix._buffers(8)
-    for items in _variants((suffix._arrays, suffix._scratch), many):
+    for items in _variants(suffix.kernel_state(8), many):
         warm(*items)
 
 
@@ -108,9 +107,7 @@ def warm_up_recycle_trees(many: bool = False) -> None:
     table.update(np.array([1, 2]), np.array([-1, 1]), np.array([[2, 3], [3, 1]]), np.full((2, 2), 0.5, np.float32))
     index = RecycleIndex(table, SuffixIndex())
     index.extend(np.array([1, 2, 3, 1, 2], dtype=np.int64))
-    index.suffix._buffers(8)
-    index._scratch(8)
-    for lists in _variants((index.suffix._arrays, index.suffix._scratch, index._row), many):
+    for lists in _variants(index.kernel_state(8), many):
         _warm_recycle_trees(lists, table)
 
 

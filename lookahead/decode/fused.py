@@ -58,11 +58,10 @@ class _Fused:
         indexes: the rows' indexes.
     """
 
-    arrays = ()  # the names of the index's arrays the kernels take
     warm_up = staticmethod(lambda many: None)  # compiles the kernels once per process: one row's, then several's
 
     def __init__(self, target, run, max_new: int, clock, indexes: list):
-        self.lists = list if interpreted() else typed.List  # the Python twins take plain lists (`lookahead.runtime.jit`)
+        self.lists = list if interpreted() else typed.List  # the Python twins take plain lists (`runtime.jit`)
         if self.lists is typed.List:
             self.warm_up(len(indexes) > 1)
         self.target, self.run, self.max_new, self.clock = target, run, max_new, clock
@@ -120,7 +119,7 @@ class _Fused:
         """`_step`, after growing the indexes where they must grow first; (rows done, the index arrays)."""
         while (finished := self._step(targets, batch, lists, s, now, later)) < 0:
             for ix in rows.indexes:  # the kernel changed nothing
-                ix._reserve(batch.width + 1)
+                ix.reserve(batch.width + 1)
             lists = self._arrays(rows, grown=True)
         return finished, lists
 
@@ -146,9 +145,9 @@ class _Fused:
         return DraftBatch(None, d["tokens"][:, :widest], _chain_parents(len(d["sizes"]), widest), d["sizes"], True)
 
     def _arrays(self, rows, grown: bool = False) -> tuple:
-        """The rows' index arrays as the kernels take them, one sequence per name of `arrays`: a tuple each for one
-        row, else typed lists, made once per call and then cut to the rows still running (making one costs 20-100
-        us)."""
+        """The rows' index arrays as the kernels take them, one sequence per item of their `kernel_state`: a tuple
+        each for one row, else typed lists, made once per call and then cut to the rows still running (making one
+        costs 20-100 us)."""
         kern = kernels(_fused_kernels)
         indexes = rows.indexes
         if len(indexes) == 1:
@@ -167,14 +166,13 @@ class _Fused:
         return lists
 
     def _items(self, index) -> tuple:
-        """What the kernels take of one row's index: its arrays of the names in `arrays`."""
-        return tuple(getattr(index, name) for name in self.arrays)
+        """What the kernels take of one row's index (`kernel_state`: its arrays, scratch sized for the budget)."""
+        return index.kernel_state(self.budget)
 
 
 class FusedChains(_Fused):
     """Greedy chains from `NgramIndex`es, fused (`K.draft` first, then `K.step`: `K.accept` and `K.draft`)."""
 
-    arrays = ("_hist", "_table", "_state")
     warm_up = staticmethod(functools.cache(W.warm_up_chains))
 
     def __init__(self, target, run, max_new: int, clock, indexes: list):
@@ -202,13 +200,6 @@ class FusedChains(_Fused):
 class _FusedSuffix(_Fused):
     """Rows drafted from `SuffixIndex`es: their automata (which the kernels extend, and `SuffixIndex.extend` then
     finds as full as they are: it reads their room off the arrays) and scratch."""
-
-    arrays = ("_arrays", "_scratch")
-
-    def __init__(self, target, run, max_new: int, clock, indexes: list):
-        super().__init__(target, run, max_new, clock, indexes)
-        for ix in indexes:  # proposals of the whole budget fit each index's scratch, which then never changes
-            ix._buffers(self.budget)
 
 
 class FusedSuffixChains(_FusedSuffix):
@@ -243,7 +234,7 @@ class FusedTrees(_FusedSuffix):
         return {**super()._step_buffers(r, lens, out, last), "paths": np.zeros((r, width), dtype=np.int64),
                 "cols": np.zeros((r, width + 1), dtype=np.int64), "nodes": np.zeros(r, dtype=np.int64),
                 "in_place": True, "calibration": (cal.EDGES, cal.accepted, cal.seen, cal.prior),
-                "step_costs": sizing._step_costs(r)}
+                "step_costs": sizing.step_costs(r)}
 
     def _drafts(self, r: int) -> tuple:
         """Two steps' tree buffers for r rows, each with parents and probs [r, budget] and the chain floor's depths
@@ -299,16 +290,10 @@ class FusedRecycleTrees(FusedTrees):
 
     def __init__(self, target, run, max_new: int, clock, indexes: list):
         _Fused.__init__(self, target, run, max_new, clock, indexes)
-        for ix in indexes:  # proposals of the whole budget fit each index's buffers, which then never change
-            ix.suffix._buffers(self.budget)
-            ix._scratch(self.budget)
         table = indexes[0].recycled
         self.recycled = (*table.arrays, table.calib)  # ids, score, keys, pair, pprob, stamp, meta, calib
         self.m = (table.ids, table.score, table.keys, table.pair, table.pprob, table.calib, table.meta)
         self.keep, self.k = indexes[0].keep, run.recycling.k
-
-    def _items(self, index) -> tuple:
-        return index.suffix._arrays, index.suffix._scratch, index._row
 
     def _verify(self, last: np.ndarray, batch: DraftBatch, s: dict) -> np.ndarray:
         logits = self.target.verify(last, batch, self.run.stats)

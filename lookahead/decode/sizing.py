@@ -84,14 +84,14 @@ class TreeSizing:
 
     def __init__(self, max_nodes: int, max_tokens: int, cost):
         self.max_nodes = max_nodes
-        self.length = DraftLength(max_tokens, cost)  # its `cost` prices the trees too (`_step_costs`)
+        self.length = DraftLength(max_tokens, cost)  # its `cost` prices the trees too (`step_costs`)
         self.calibration = TreeCalibration()
 
     def draft(self, indexes: list, rooms: np.ndarray, padded=None) -> list:
         """Each row's `Draft` (a tree; `Draft.empty` where a row has no index); `rooms` [b] caps its nodes;
         `padded(n)` as for chains: every row keeps as many nodes as the forward computes anyway."""
         kern = kernels(_policy_kernels)
-        costs, cal = self._step_costs(len(indexes)), self.calibration
+        costs, cal = self.step_costs(len(indexes)), self.calibration
         kern.warm_up()
         pick, path = np.empty(self.max_nodes, dtype=np.int64), np.empty(self.max_nodes, dtype=np.int64)
         trees, sizes = [], []
@@ -116,7 +116,7 @@ class TreeSizing:
                       np.zeros(batch.width, dtype=np.bool_))
         self.length.update(matches, floors, followed)
 
-    def _step_costs(self, batch: int) -> np.ndarray:
+    def step_costs(self, batch: int) -> np.ndarray:
         return step_costs(self.length.cost, self.max_nodes, batch)
 
 

@@ -16,7 +16,7 @@ Layout shared with `ngram.NgramIndex`:
             just wrote or read), else from the first (sources are read front to back)
 
 Writes stay inside these arrays by two invariants, both checked by `fits` before `ngram_extend` writes anything (it
-answers FULL, and `NgramIndex._reserve` grows the arrays by the same rule):
+answers FULL, and `NgramIndex.reserve` grows the arrays by the same rule):
   - hist holds the tokens: n + extra <= capacity;
   - the table is a power of two at most half full, so that a probe (`_insert`, `_lookup`) always ends at an empty
     slot: 2 * (used + (extra + 1) * max_ngram) <= T, since each appended token indexes at most max_ngram n-grams.
@@ -29,7 +29,7 @@ STATE = np.array([0, -1, 0, 0, -1, 0, 0], dtype=np.int64)  # an empty index's st
 SLOT = 3  # a table slot's fields: key, first end, last end
 ONE = 1 << 20  # a vote's hit, in fixed point; each vote decays by 1/16 (about the last 16 disagreements count)
 RECENT_ODDS_NUM, RECENT_ODDS_DEN = 5, 3  # the suffix index's RECENT_ODDS
-FULL = -2  # ngram_extend's answer when the arrays cannot take the tokens: grow them (`NgramIndex._reserve`), call again
+FULL = -2  # ngram_extend's answer when the arrays cannot take the tokens: grow them (`NgramIndex.reserve`), call again
 WINDOW = 64
 _SEED = np.uint64(0x243F6A8885A308D3)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -148,7 +148,7 @@ def _near(hist, n, k, cursor, fallback):
 @njit(cache=True, inline="always")
 def fits(hist, table, state, extra, max_ngram):
     """Whether the index takes `extra` more tokens without growing: hist holds them, and the table stays at most half
-    full (each token indexes at most max_ngram n-grams; one token's more is slack). `NgramIndex._reserve` grows by
+    full (each token indexes at most max_ngram n-grams; one token's more is slack). `NgramIndex.reserve` grows by
     this rule, the fused step's `has_room` asks it of every row before changing any."""
     return state[N] + extra <= hist.shape[0] and 2 * (state[USED] + (extra + 1) * max_ngram) <= table.shape[0]
 
@@ -213,7 +213,7 @@ def ngram_propose(hist, state, max_tokens, out):
 def ngram_rebuild(hist, n, table, max_ngram):
     """Re-index hist[:n] into a fresh (zeroed) table, as extend would have. Returns slots used.
 
-    The table must hold them at most half full (`NgramIndex._reserve` sizes it for the slots used so far and the
+    The table must hold them at most half full (`NgramIndex.reserve` sizes it for the slots used so far and the
     tokens to come: `fits`)."""
     used = 0
     for end in range(1, n):

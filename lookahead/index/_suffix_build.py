@@ -31,7 +31,7 @@ degenerate (a run of one token longer than MAX_WALK), and every proposal stays a
 
 Writes stay inside these arrays by the automaton's worst case for n tokens (Blumer et al.: at most 2n - 1 states and
 3n - 4 edges for n >= 3), which `fits` checks for the tokens held and those to come before `suffix_extend` writes
-anything (it answers FULL; `SuffixIndex._reserve` grows every array by the same rule): hist holds n tokens, st
+anything (it answers FULL; `SuffixIndex.reserve` grows every array by the same rule): hist holds n tokens, st
 2n + 2 rows, ed 3n + 8 rows (room for n < 3), and the table, a power of two (the mask keeps a probe inside), at least
 twice as many slots as ed has rows, so a probe (`find_edge`, `_hash_put`) always ends at an empty slot. stats and
 top have fixed shapes that every index into them stays inside (`_bucket` < NB * NO, ranks <= GK).
@@ -65,7 +65,7 @@ REJOIN_CHECK = 32  # tokens of the match compared when looking for where the tex
 RECENT_ODDS = 5.0 / 3.0
 PRIOR_WEIGHT = 4.0  # pseudo-observations behind the prior hit rate m / (m + 2) of a length-m match
 _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
-FULL = -2  # suffix_extend's answer when the arrays cannot take the tokens: grow them (`SuffixIndex._reserve`), retry
+FULL = -2  # suffix_extend's answer when the arrays cannot take the tokens: grow them (`SuffixIndex.reserve`), retry
 
 # `_nrt` is numba's own (underscored) option. Median µs with reference counting off / on (benchmarks/suffix_nrt.py at 91e0e9a:
 # 7 alternated runs of each, 2,000 steps on 1k and 32k tokens of real text, numba 0.68, a 2-core machine at load
@@ -363,7 +363,7 @@ def suffix_extend(new, arrays):
 @kernel
 def suffix_rehash(arrays):
     """Insert every edge of the automaton `arrays` (a plain tuple) into its table (all -1, at least twice as many
-    slots as ed has rows: `SuffixIndex._reserve` makes it so). Returns the number of edges."""
+    slots as ed has rows: `SuffixIndex.reserve` makes it so). Returns the number of edges."""
     sam = Automaton(*arrays)
     for e in range(sam.meta[NE]):
         _hash_put(sam.ed, sam.table, e)

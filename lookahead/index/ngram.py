@@ -96,7 +96,7 @@ class NgramIndex:
             return
         got = kern.ngram_extend(new, self._hist, self._table, self._state, self.max_ngram, self.min_ngram)
         if got == K.FULL:  # the kernel wrote nothing: grow the arrays by its own rule (`K.fits`), then append
-            self._reserve(new.shape[0])
+            self.reserve(new.shape[0])
             got = kern.ngram_extend(new, self._hist, self._table, self._state, self.max_ngram, self.min_ngram)
         if got < 0:
             raise range_error(new)
@@ -133,7 +133,13 @@ class NgramIndex:
         twin._out = np.empty_like(self._out)
         return twin
 
-    def _reserve(self, extra: int) -> None:
+    def kernel_state(self, budget: int = 0) -> tuple:
+        """The arrays the fused step's kernels read and write, in their order: (hist, table, state). They stay this
+        index's until `reserve` or `extend` grows them (then ask again); `budget` is unused (the drafts go to the
+        step's own buffers)."""
+        return self._hist, self._table, self._state
+
+    def reserve(self, extra: int) -> None:
         """Grow the arrays to take `extra` more tokens (`K.fits`): hist to n + extra at least, the table to twice the
         slots they may use."""
         kern = kernels(_kernels)

@@ -216,10 +216,17 @@ class RecycleIndex:
         kern = kernels(_recycle_kernels)
         kern.update_step(*self.recycled.arrays, self._prev, self._last, tokens, parents, size, top_ids, top_probs)
 
-    def _reserve(self, extra: int) -> None:
+    def reserve(self, extra: int) -> None:
         """Room for `extra` more tokens in the suffix index (the fused step asks before its kernel appends)."""
         if self.suffix is not None:
-            self.suffix._reserve(extra)
+            self.suffix.reserve(extra)
+
+    def kernel_state(self, budget: int) -> tuple:
+        """What the fused step's kernels take of this index, sized for trees of up to `budget` nodes: (the suffix
+        index's arrays, its scratch, this index's own work arrays and state); see `SuffixIndex.kernel_state`."""
+        self.suffix._buffers(budget)
+        self._scratch(budget)
+        return self.suffix._arrays, self.suffix._scratch, self._row
 
     def _m(self) -> tuple:
         r = self.recycled

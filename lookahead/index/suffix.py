@@ -129,7 +129,7 @@ class SuffixIndex:
         # count of our own to keep in step
         got = kern.suffix_extend(new, self._arrays)
         if got == K.FULL:  # it wrote nothing: grow by its own rule, then append
-            self._reserve(new.shape[0])
+            self.reserve(new.shape[0])
             got = kern.suffix_extend(new, self._arrays)
         if got < 0:
             raise range_error(new)
@@ -223,7 +223,7 @@ class SuffixIndex:
         """Keep the automaton's arrays, by name and as the plain tuple the kernels take (see `_suffix_build`)."""
         self._sam, self._arrays = sam, tuple(sam)
 
-    def _reserve(self, extra: int) -> None:
+    def reserve(self, extra: int) -> None:
         """Grow the buffers to the automaton's worst case for n + extra tokens (`K.fits`: 2n + 2 states, 3n + 8
         edges, a table of twice the edge rows), at least doubling them."""
         kern = kernels(_suffix_build)
@@ -235,6 +235,13 @@ class SuffixIndex:
                                     st=grown(sam.st, 2 * capacity + 2, int(sam.meta[K.NS])), ed=ed,
                                     table=np.full(_table_size(2 * ed.shape[0]), -1, dtype=np.int32)))
             kern.suffix_rehash(self._arrays)
+
+    def kernel_state(self, budget: int) -> tuple:
+        """What the fused step's kernels take of this index, its scratch sized for proposals of up to `budget` tokens
+        or nodes: (the automaton's arrays, the scratch arrays), each a tuple in `_suffix_build.Automaton`'s and
+        `_suffix_draft.Scratch`'s order. They stay this index's until `reserve` or `extend` grows them."""
+        self._buffers(budget)
+        return self._arrays, self._scratch
 
     def _buffers(self, budget: int) -> None:
         """Scratch for proposals of up to `budget` tokens or nodes (each node pushes <= max_branch + 2, a guessing
@@ -260,4 +267,4 @@ def _warm_up() -> None:
         idx.extend(np.array([1, 2, 3, 1, 2, 4, 1, 2], dtype))
     idx.propose(4)
     idx.propose_tree(4)
-    idx._reserve(64)
+    idx.reserve(64)

@@ -28,8 +28,6 @@ from ..model import CausalLM, StaticCausalLM
 from ..verify.batch import DraftBatch, Verdict, _chain_parents
 from .policy import _BUCKETS
 
-K, KR = _fused_kernels, _fused_recycle
-
 
 def fused(target, rows, run, max_new: int, clock):
     """A fused loop for this call (`FusedChains`, `FusedSuffixChains`, `FusedTrees`), or None where a step needs what
@@ -136,7 +134,7 @@ class _Fused:
     def _drafts(self, r: int) -> tuple:
         """Two steps' draft buffers for r rows (this step's, the next one's), each tokens [r, budget], sizes [r] and
         the matches behind them [r] (two allocations: each costs more than the kernel's work on a small batch)."""
-        # a draft kernel writes at most a row's width of tokens, whatever the policy asks (`K.draft*`)
+        # a draft kernel writes at most a row's width of tokens, whatever the policy asks (`_fused_kernels.draft*`)
         tokens, ints = np.zeros((2, r, max(self.budget, 1)), dtype=np.int64), np.zeros((2, 2, r), dtype=np.int64)
         return tuple({"tokens": tokens[i], "sizes": ints[i, 0], "matches": ints[i, 1]} for i in range(2))
 
@@ -171,7 +169,7 @@ class _Fused:
 
 
 class FusedChains(_Fused):
-    """Greedy chains from `NgramIndex`es, fused (`K.draft` first, then `K.step`: `K.accept` and `K.draft`)."""
+    """Greedy chains from `NgramIndex`es, fused (`_fused_kernels.draft` first, then `step`: `accept` and `draft`)."""
 
     warm_up = staticmethod(functools.cache(W.warm_up_chains))
 
@@ -203,7 +201,7 @@ class _FusedSuffix(_Fused):
 
 
 class FusedSuffixChains(_FusedSuffix):
-    """Greedy chains from `SuffixIndex`es, fused (`K.draft_suffix` first, then `K.step_suffix`)."""
+    """Greedy chains from `SuffixIndex`es, fused (`_fused_kernels.draft_suffix` first, then `step_suffix`)."""
 
     warm_up = staticmethod(functools.cache(W.warm_up_suffix_chains))
 
@@ -224,7 +222,7 @@ class FusedSuffixChains(_FusedSuffix):
 
 
 class FusedTrees(_FusedSuffix):
-    """Greedy trees from `SuffixIndex`es, fused (`K.draft_trees` first, then `K.step_trees`)."""
+    """Greedy trees from `SuffixIndex`es, fused (`_fused_kernels.draft_trees` first, then `step_trees`)."""
 
     warm_up = staticmethod(functools.cache(W.warm_up_trees))
 

@@ -16,7 +16,6 @@ import numpy as np
 from ..runtime.jit import kernels
 from . import _policy_kernels
 
-K = _policy_kernels
 
 _BUCKETS = np.array([0, 1, 2, 3, 4, 6, 8, 12, 16, 32], dtype=np.int64)  # lower edges of match-length buckets
 

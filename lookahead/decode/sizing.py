@@ -18,8 +18,6 @@ from . import _policy_kernels
 from ..index.draft import Draft
 from .policy import DraftLength, TreeCalibration, as_cost, step_cost, step_costs
 
-K = _policy_kernels
-
 
 def make_sizing(draft: str, num_draft_tokens: int, max_draft_nodes: int, cost):
     """The sizing policy of a call: `ChainSizing` or `TreeSizing` (draft="tree")."""

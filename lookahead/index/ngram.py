@@ -10,7 +10,8 @@ from ..runtime.jit import interpreted, kernels
 from . import _kernels
 from ._tokens import as_token_array, draft_budget, grown, range_error, table_size as _table_size
 
-K = _kernels
+K = _kernels  # its constants; its kernels are bound per call (`kernels`)
+
 
 _MIN_CAPACITY = 1024
 # Longest n-gram indexed. A match longer than this is still followed (the copy in progress goes on growing past

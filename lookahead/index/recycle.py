@@ -27,7 +27,7 @@ from ._tokens import as_token_array, draft_budget
 from .draft import Draft
 from .suffix import SuffixIndex
 
-K = _recycle_kernels
+K = _recycle_kernels  # its constants; its kernels are bound per call (`kernels`)
 
 
 class Recycled:
@@ -224,9 +224,8 @@ class RecycleIndex:
     def kernel_state(self, budget: int) -> tuple:
         """What the fused step's kernels take of this index, sized for trees of up to `budget` nodes: (the suffix
         index's arrays, its scratch, this index's own work arrays and state); see `SuffixIndex.kernel_state`."""
-        self.suffix._buffers(budget)
         self._scratch(budget)
-        return self.suffix._arrays, self.suffix._scratch, self._row
+        return (*self.suffix.kernel_state(budget), self._row)
 
     def _m(self) -> tuple:
         r = self.recycled

@@ -13,7 +13,8 @@ from ._suffix_draft import Scratch
 from ._tokens import as_token_array, draft_budget, grown, range_error, table_size as _table_size
 from .draft import Draft
 
-K, D = _suffix_build, _suffix_draft
+K = _suffix_build  # its constants; its kernels are bound per call (`kernels`)
+
 
 _MIN_CAPACITY = 1024
 MAX_BRANCH = 256  # the scratch of a proposal grows with budget * max_branch

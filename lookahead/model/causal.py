@@ -24,7 +24,6 @@ from .layers import LayerKinds, state_space
 from .recurrent import Checkpoints, recurrent_layers
 from .static import prompt_positions, prompt_sources
 
-K = _kernels
 
 # No warm-up at import: each kernel compiles (or loads from numba's cache) on first use, with the types it gets.
 

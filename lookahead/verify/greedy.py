@@ -6,8 +6,6 @@ import numpy as np
 from ..runtime.jit import kernels
 from . import _kernels
 
-K = _kernels
-
 
 def greedy_accept(drafts: np.ndarray, draft_lens: np.ndarray, targets: np.ndarray) -> np.ndarray:
     """Number of draft tokens accepted per row.

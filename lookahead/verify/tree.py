@@ -19,9 +19,6 @@ import torch
 from ..runtime.jit import kernels
 from . import _kernels
 
-K = _kernels
-
-
 
 def pack_trees(trees: list) -> tuple:
     """Pad per-row trees to one width.

@@ -51,29 +51,30 @@ def compile_kinds(path: Path, kinds=_jit.KINDS, progress: bool = False) -> list:
         todo = [kind for kind in kinds if list(kind) not in done]
         if not todo:
             return []
-        torch.set_num_threads(1)
-        model, tok, _ = models.load(models.default_model_path())
-        g = torch.Generator().manual_seed(0)
-        bar = _bar(len(todo)) if progress else None
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # the calls are short: one thread leaves the rest of the machine alone
+        try:
+            _compile(path, todo, done, progress)
+        finally:  # `warm()` runs in the caller's process: its threads come back
+            torch.set_num_threads(threads)
+        return todo
+
+
+def _compile(path: Path, todo: list, done: list, progress: bool) -> None:
+    """One short call of each kind in `todo` on the bundled model, listing each in the marker at `path` when done."""
+    from tqdm.auto import tqdm
+
+    model, tok, _ = models.load(models.default_model_path())
+    g = torch.Generator().manual_seed(0)
+    with tqdm(total=len(todo), desc="lookahead: compiling kernels", unit="kind", disable=not progress) as bar:
         for kind in todo:
-            if bar is not None:
-                bar.set_postfix_str(" ".join(map(str, kind)))
+            bar.set_postfix_str(" ".join(map(str, kind)))
             _serve(model, tok, g) if kind == _jit.SERVED else _call(model, kind, g)
             done.append(list(kind))
             tmp = path.with_suffix(".tmp")
             tmp.write_text(json.dumps(done))
             tmp.replace(path)
-            if bar is not None:
-                bar.update()
-        if bar is not None:
-            bar.close()
-        return todo
-
-
-def _bar(total: int):
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc="lookahead: compiling kernels", unit="kind")
+            bar.update()
 
 
 def _serve(model, tok, g: torch.Generator) -> None:

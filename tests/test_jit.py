@@ -244,11 +244,13 @@ def test_the_background_compiler_starts_with_the_kinds_the_calls_wait_for():
 
 def test_warm_compiles_every_kind_ahead_and_lists_it(tmp_path, monkeypatch):
     """`lookahead warm` (`lookahead.warm.warm`) compiles every kind of call and lists it in the marker, so that no
-    later call runs the twins; run again, it finds nothing left to do."""
+    later call runs the twins, leaving the caller's torch threads as they were; run again, it finds nothing left."""
     from lookahead import warm
 
     marker = tmp_path / "kernels.json"
     monkeypatch.setattr(_jit, "marker", lambda: marker)
+    threads = torch.get_num_threads()
     assert warm.warm(progress=False) == list(_jit.KINDS)
+    assert torch.get_num_threads() == threads  # the caller's threads come back
     assert [list(k) for k in _jit.KINDS] == json.loads(marker.read_text())
     assert warm.warm(progress=False) == []

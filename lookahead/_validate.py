@@ -5,7 +5,7 @@ import torch
 
 from ._checks import check_int  # noqa: F401  (re-exported: one integer check for the whole package)
 from .model.facts import ModelFacts, forward_parameters, takes_keywords
-from .model.layers import INDEXED, KNOWN, NONE, RECURRENT, state_space
+from .model.layers import KNOWN, NONE, RECURRENT, state_space
 
 
 def check_model(model) -> None:
@@ -30,8 +30,8 @@ def check_model(model) -> None:
 
 def check_layers(facts: ModelFacts) -> None:
     """Raise ValueError, before any forward, where the model's layers (`facts.layers`) cannot be decoded exactly with
-    drafts: recurrent or convolution layers (state-space models, hybrids), sparse attention over indexer-picked
-    keys, layer kinds it does not know (compressed attention), a cache class of the model's own."""
+    drafts: recurrent or convolution layers lookahead does not follow, layer kinds it does not know (compressed
+    attention), a cache class of the model's own."""
     name, kept = facts.name, [layer for layer in facts.layers if layer.kind != NONE]
     state = [layer for layer in kept if layer.kind == RECURRENT]
     if state and facts.own_cache is None and facts.recurrent:
@@ -39,12 +39,6 @@ def check_layers(facts: ModelFacts) -> None:
             if state_space(kept) else f"has recurrent layers ({len(state)} of {len(kept)}: {_names(state)})"
         raise ValueError(f"{name} {what} that lookahead cannot take back to the accepted tokens "
                          f"after a rejected draft ({facts.recurrent}); use model.generate")
-    indexed = [layer for layer in kept if layer.kind == INDEXED]
-    if indexed:
-        raise ValueError(f"{name} has sparse attention layers ({len(indexed)} of {len(kept)}: {_names(indexed)}) "
-                         f"whose indexer picks the keys each query attends to; a forward over several draft tokens "
-                         f"does not pick what one token at a time picks (its tokens differ from model.generate), so "
-                         f"lookahead cannot verify drafts with it exactly: use model.generate")
     unknown = [layer for layer in kept if layer.kind not in KNOWN]
     if unknown:
         raise ValueError(f"{name} has layers of a kind lookahead does not know ({_names(unknown)}): their cache "

@@ -31,6 +31,7 @@ from .index.recycle import Recycled
 from .model import make_target
 from .model.attention import packed_attention
 from .model.facts import ModelFacts
+from .model.indexer import decoding_order
 from .model.layers import LayerKinds, check_slot_windows
 from .model.linear import packed_linears
 from .model.recurrent import stepping
@@ -133,9 +134,9 @@ def generate(
         TypeError: model is not a Hugging Face LM with a KV cache, or ids are not integers.
         ValueError: empty input, ids outside the vocabulary, mismatched or right-padded mask, bad lookup settings,
             a max_new_tokens past the model's position limit, an argument lookahead cannot honour (beam search, an
-            assistant model, ...), or a model whose layers it cannot decode exactly (recurrent, state-space or
-            indexer-sparse layers; trees or the static cache over ALiBi; weights on the meta device), named in the
-            message, before any forward.
+            assistant model, ...), or a model whose layers it cannot decode exactly (recurrent layers it does not
+            follow, trees or the static cache over recurrent layers or ALiBi, compressed attention, weights on the
+            meta device), named in the message, before any forward.
 
     Example:
         >>> out = generate(model, tok("def f(x):", return_tensors="pt").input_ids, max_new_tokens=64)
@@ -179,7 +180,7 @@ def decode(model, input_ids, logits_processor, stopping_criteria, generation_con
                    bool(generation_config.do_sample))
     # without copying the cache per head, nor the weights per forward; the kernels compiled, or their Python twins
     # while numba compiles them in the background (`lookahead.runtime.jit`)
-    with packed_attention(model), linears, tier(kind), stepping(model):
+    with packed_attention(model), linears, tier(kind), stepping(model), decoding_order(model):
         return _decode(model, input_ids, logits_processor, stopping_criteria, generation_config, settings,
                        inputs_tensor, **model_kwargs)
 

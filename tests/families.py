@@ -187,7 +187,6 @@ REFUSALS = [
                                    r"layers \(\d+ of \d+: .*\)) that lookahead cannot take back"),
     ("recurrent", ("suffix_tree", "recycle_tree"), r"draft='tree' is not supported for .*: its recurrent layers"),
     ("recurrent", ("static",), r"cache_implementation='static' is not supported for .*: its recurrent layers"),
-    ("indexed sparse attention", None, r"has sparse attention layers .* whose indexer picks the keys"),
     ("unknown layer kind", None, r"has layers of a kind lookahead does not know"),
     ("own cache class", None, r"keeps its state in a cache of its own"),
     ("ALiBi", ("suffix_tree", "recycle_tree"), r"draft='tree' needs biases that follow each tree node's depth"),
@@ -205,7 +204,7 @@ _REFERENCES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model 
 def features(model) -> set:
     """The model's features that `REFUSALS` and the window xfail are keyed by, from its layers and forward."""
     from lookahead.model.facts import ModelFacts, forward_parameters
-    from lookahead.model.layers import INDEXED, KNOWN, NONE, RECURRENT, LayerKinds, check_windows_in_masks
+    from lookahead.model.layers import KNOWN, NONE, RECURRENT, LayerKinds, check_windows_in_masks
 
     found = set()
     if not {"cache", "past_key_values"} & forward_parameters(model):
@@ -214,8 +213,6 @@ def features(model) -> set:
     kinds = [layer.kind for layer in facts.layers if layer.kind != NONE]
     if RECURRENT in kinds and not facts.own_cache:  # a cache of its own is refused for that
         found.add("unfollowed recurrent" if facts.recurrent else "recurrent")
-    if INDEXED in kinds:
-        found.add("indexed sparse attention")
     if any(kind not in KNOWN for kind in kinds):
         found.add("unknown layer kind")
     if facts.own_cache:
@@ -309,7 +306,7 @@ SHORT = [  # message pattern -> the short reason the table shows
     (r"must accept a KV cache", "no KV cache"), (r"state-space", "recurrent, not followed"),
     (r"has recurrent layers", "recurrent, not followed"), (r"draft='tree' is not supported .* recurrent", "recurrent"),
     (r"static' is not supported .* recurrent", "recurrent"),
-    (r"sparse attention", "indexer"), (r"cache of its own", "own cache"), (r"does not know", "unknown layer kind"),
+(r"cache of its own", "own cache"), (r"does not know", "unknown layer kind"),
     (r"ALiBi", "ALiBi"),
     (r"local attention layers", "local window by slot"), (r"masks do not apply", "window its masks ignore"),
 ]

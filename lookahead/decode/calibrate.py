@@ -25,6 +25,7 @@ import torch
 from ..model.attention import packed_attention
 from ..model.cache import new_cache, rollback
 from ..model.facts import ModelFacts, cache_kwarg, position_limit
+from ..model.indexer import decoding_order
 from ..model.linear import packed_linears
 from ..runtime.store import Store, machine
 from ..runtime.threads import OtherWork
@@ -53,7 +54,8 @@ def _timed(model, sizes, context: int, batch: int, repeats: int) -> tuple:
     g = torch.Generator().manual_seed(0)
     samples = {n: [] for n in sizes}
     kv = cache_kwarg(model)
-    with torch.inference_mode(), packed_attention(model), packed_linears(model):  # as a call's forwards run (`decode`)
+    with torch.inference_mode(), packed_attention(model), packed_linears(model), decoding_order(model):  # as a call's
+        # forwards run (`decode`)
         cache = new_cache(model)
         others = OtherWork().__enter__()
         model(input_ids=torch.randint(0, vocab, (batch, context), generator=g).to(device), **{kv: cache},

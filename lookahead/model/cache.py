@@ -137,6 +137,21 @@ def keep_slots(cache, start: int, slots: torch.Tensor) -> None:
             setattr(layer, name, states[:, :, :start + width])
         if hasattr(layer, "cumulative_length"):
             layer.cumulative_length = layer.keys.shape[2]
+        _each_indexer(layer, lambda keys: _packed(keys, start, slots))
+
+
+def _packed(keys: torch.Tensor, start: int, slots: torch.Tensor) -> torch.Tensor:
+    """An indexer's keys [b, S, d] with the slots after `start` packed as `keep_slots` packs a layer's states."""
+    index = slots[:, :, None].expand(-1, -1, keys.shape[-1])
+    keys[:, start:start + slots.shape[1]] = keys[:, start:].gather(1, index)
+    return keys[:, :start + slots.shape[1]]
+
+
+def _each_indexer(layer, change) -> None:
+    """Apply `change` to a sparse-attention layer's indexer keys [b, S, d] (transformers' `DynamicIndexedLayer`),
+    which follow its slots: the keys its indexer scores (`model.indexer`)."""
+    if getattr(layer, "indexer_keys", None) is not None and layer.indexer_keys.numel():
+        layer.indexer_keys = change(layer.indexer_keys)
 
 
 def select_rows(cache, rows: torch.Tensor) -> None:
@@ -169,6 +184,9 @@ def join_rows(cache, other, pad: int, other_pad: int) -> None:
         for name in ("keys", "values"):
             setattr(layer, name, torch.cat([_left_padded(getattr(layer, name), pad),
                                             _left_padded(getattr(extra, name), other_pad)], dim=0))
+        _each_indexer(layer, lambda keys: torch.cat([_left_padded(keys.unsqueeze(1), pad).squeeze(1),
+                                                     _left_padded(extra.indexer_keys.unsqueeze(1), other_pad)
+                                                     .squeeze(1)], dim=0))
         _unbacked(layer)
 
 
@@ -191,6 +209,7 @@ def drop_leading(cache, n: int) -> None:
                                                     and not isinstance(layer, DynamicLayer)):
             continue
         layer.keys, layer.values = layer.keys[..., n:, :], layer.values[..., n:, :]
+        _each_indexer(layer, lambda keys: keys[:, n:])
         _unbacked(layer)
 
 

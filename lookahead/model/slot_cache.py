@@ -18,6 +18,7 @@ class SlotLayer(CacheLayerMixin):
     """One layer's keys and values, views into the cache's one buffer; `update` writes at the cache's `writes`."""
 
     is_compileable = True
+    indexer_keys = None  # [b, slots, d]: the keys a sparse-attention layer's indexer scores, or None
 
     def __init__(self, cache: "SlotCache", index: int, ring: int | None = None):
         super().__init__()
@@ -48,6 +49,15 @@ class SlotLayer(CacheLayerMixin):
         self.keys[rows, :, slots] = key_states.transpose(1, 2)  # [b, Q, H, d] into slot order
         self.values[rows, :, slots] = value_states.transpose(1, 2)
         return self.keys, self.values
+
+    def update_indexer(self, key_states: torch.Tensor) -> torch.Tensor:
+        """A sparse-attention layer's indexer keys [b, Q, d], written at the cache's `writes` as its keys are; returns
+        all of them [b, slots, d] (the mask hides the slots a query does not see; `model.indexer`)."""
+        if self.indexer_keys is None:  # the first update is a prefill, before any step is captured
+            self.indexer_keys = key_states.new_zeros((self.keys.shape[0], self.cache.slots, key_states.shape[-1]))
+            self.cache.indexed.add(self.index)
+        self.indexer_keys[self.cache.rows, self.cache.writes] = key_states
+        return self.indexer_keys
 
     def _fits(self, key_states: torch.Tensor, value_states: torch.Tensor) -> bool:
         """Whether the layer's buffers hold keys and values of these heads and sizes."""
@@ -93,12 +103,14 @@ class SlotCache(Cache):
         self.writes = torch.zeros((batch, 1), dtype=torch.long, device=device)
         self.origin = torch.arange(batch, device=device)  # the call's row that each batch row holds (compaction)
         self.own = set()  # layers whose keys and values are buffers of their own (`SlotLayer.own`), not views of kv
+        self.indexed = set()  # layers with indexer keys (`SlotLayer.update_indexer`)
         super().__init__(layers=[SlotLayer(self, i, rings.get(i)) for i in range(layers)])
 
     def batch_tensors(self) -> list:
         """(tensor, its batch dimension) of every cache tensor a step may read (`origin`: a forward hook may)."""
         return [(self.kv, 2), (self.rows, 0), (self.origin, 0)] + [(t, 0) for layer in self.layers
-                                                                   for t in (layer.keys, layer.values)]
+                                                                   for t in (layer.keys, layer.values)] \
+            + [(self.layers[i].indexer_keys, 0) for i in sorted(self.indexed)]
 
     def move(self, src: torch.Tensor, dst: torch.Tensor) -> None:
         """Copy every layer's slots `src` [b, W] to `dst` [b, W] (all read before any is written)."""
@@ -109,6 +121,9 @@ class SlotCache(Cache):
             to, fro = (dst, src) if layer.ring is None else (dst % layer.ring, src % layer.ring)
             for states in (layer.keys, layer.values):
                 states[self.rows, :, to] = states[self.rows, :, fro]
+        for i in self.indexed:
+            keys = self.layers[i].indexer_keys
+            keys[self.rows, dst] = keys[self.rows, src]
 
     def take_rows(self, old: "SlotCache", index: torch.Tensor, n: int) -> None:
         """Fill this cache's rows with the first `n` slots of `old`'s rows `index` [b] (every layer; compaction)."""
@@ -120,6 +135,13 @@ class SlotCache(Cache):
             n_i = n if mine.ring is None else mine.ring  # a ring: all of it
             mine.keys[:, :, :n_i] = theirs.keys[index, :, :n_i]
             mine.values[:, :, :n_i] = theirs.values[index, :, :n_i]
+        for i in old.indexed:
+            mine, theirs = self.layers[i], old.layers[i]
+            if mine.indexer_keys is None:
+                mine.indexer_keys = theirs.indexer_keys.new_zeros((mine.keys.shape[0], self.slots,
+                                                                   theirs.indexer_keys.shape[-1]))
+                self.indexed.add(i)
+            mine.indexer_keys[:, :n] = theirs.indexer_keys[index, :n]
 
 
 def _shared(text, name: str):

@@ -28,7 +28,8 @@ from ..decode.policy import CostCurve
 from ..decode.settings import DRAFT_TOKENS, GenerationStats, make_settings
 from ..model.attention import packed_attention
 from ..model.facts import ModelFacts
-from ..model.layers import CHUNKED, FULL, NONE, RECURRENT, SLIDING, LayerKinds
+from ..model.indexer import decoding_order
+from ..model.layers import CHUNKED, FULL, INDEXED, NONE, RECURRENT, SLIDING, LayerKinds
 from ..model.linear import packed_linears
 from ..model.recurrent import stepping
 from ..verify.batch import DraftBatch, Verdict
@@ -53,7 +54,7 @@ def check_servable(model) -> ModelFacts:
     facts = ModelFacts.of(model)
     if facts.encoder_decoder:
         raise ValueError(f"lookahead serve runs decoder-only models; {facts.name} is an encoder-decoder")
-    followed = (FULL, SLIDING, CHUNKED, NONE) + ((RECURRENT,) if facts.recurrent == "" else ())
+    followed = (FULL, SLIDING, CHUNKED, INDEXED, NONE) + ((RECURRENT,) if facts.recurrent == "" else ())
     other = sorted({layer.name for layer in facts.layers if layer.kind not in followed})
     if other or LayerKinds.of(model.config).by_slot is not None or facts.alibi:
         what = ", ".join(other) or ("ALiBi biases" if facts.alibi else "local (slot-windowed)")
@@ -287,7 +288,7 @@ def _cost(model, facts: ModelFacts, given, sampling: bool):
 def _fast(model):
     """The forwards as `lookahead.generate` runs them: packed grouped-query attention and linear weights, recurrent
     modules that cannot continue a state over several tokens stepping a token at a time."""
-    with packed_attention(model), packed_linears(model), stepping(model):
+    with packed_attention(model), packed_linears(model), stepping(model), decoding_order(model):
         yield
 
 

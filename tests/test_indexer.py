@@ -1,0 +1,125 @@
+"""Sparse attention whose indexer picks the keys (DeepSeek-V3.2's DSA and its kin): each query of a verification forward
+picks what it picks decoding alone (`lookahead.model.indexer`), drafts partly accepted and rejected give
+model.generate's tokens through chains, trees, the static cache, batches and the server, and the indexer's keys follow
+every change of the cache's slots."""
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import families as F
+import lookahead
+from lookahead.model.indexer import decoding_order, indexers, pick_alone
+from test_recurrent import corrupted
+
+FAMILIES = ["deepseek_v32", "glm_moe_dsa", "hy_v4", "axk2"]
+
+
+def _model(name):
+    if name not in F.causal_types():
+        pytest.skip(f"transformers has no {name}")
+    return F.tiny_model(name)
+
+
+def _alone(scores: torch.Tensor, visible: torch.Tensor, k: int) -> list:
+    """Per (row, query), the set of keys a top k over just its visible keys picks (decoding alone)."""
+    picks = []
+    for row in range(scores.shape[0]):
+        for q in range(scores.shape[1]):
+            keys = visible[row, q].nonzero()[:, 0]
+            top = torch.topk(scores[row, q, keys][None, None], min(k, len(keys)), dim=-1).indices[0, 0]
+            picks.append(set(keys[top].tolist()))
+    return picks
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 3), st.integers(2, 6), st.integers(1, 12), st.integers(1, 10), st.integers(0, 2**31 - 1))
+def test_each_query_picks_from_the_keys_it_sees_alone(rows, queries, cached, k, seed):
+    """For index scores [b, S, T] with many exact ties (ReLU zeros) and keys masked by left padding and causality,
+    each query's picks are a top k over its own visible keys (as decoding alone ranks them), then keys it cannot see
+    where it sees fewer than k; a row whose queries see everything gets torch's own top k."""
+    g = torch.Generator().manual_seed(seed)
+    t = cached + queries
+    scores = torch.relu(torch.randn((rows, queries, t), generator=g)).round(decimals=1)  # ties: zeros and repeats
+    pads = torch.randint(0, cached, (rows,), generator=g)
+    key = torch.arange(t)
+    visible = (key[None, None] >= pads[:, None, None]) & (key[None, None] <= cached + torch.arange(queries)[None, :, None])
+    masked = scores.masked_fill(~visible, float("-inf"))
+    k = min(k, t)
+    values, picked = pick_alone(masked, k)
+    assert picked.shape == (rows, queries, k) and torch.equal(values, masked.gather(-1, picked))
+    want = _alone(masked, visible, k)
+    for i, (row, q) in enumerate((r, q) for r in range(rows) for q in range(queries)):
+        n = int(visible[row, q].sum())
+        mine = picked[row, q].tolist()
+        assert set(mine[:min(k, n)]) == want[i]
+        assert not any(visible[row, q, mine[min(k, n):]])  # the filler: keys the query does not see
+        assert len(set(mine)) == k
+
+
+def test_an_unmasked_forward_is_torchs_own_top_k():
+    scores = torch.relu(torch.randn(2, 3, 9))
+    assert torch.equal(pick_alone(scores, 4).indices, torch.topk(scores, 4, dim=-1).indices)
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_partly_accepted_drafts_give_generate_tokens(name):
+    """Drafts from a document that agrees with greedy's output except at every fifth token are accepted up to the
+    change and rejected there, as chains and as trees, in the dynamic cache and the static one: the rejected tokens'
+    indexer keys leave with them, and the tokens are model.generate's."""
+    model = _model(name)
+    ids = F.prompt()
+    want = F.reference(model, ids)
+    for kwargs in ({}, {"lookup": "suffix", "draft": "tree"}, {"cache_implementation": "static"}):
+        out, stats = lookahead.generate(model, ids, documents=[corrupted(want)], draft_cost=0, max_new_tokens=F.NEW,
+                                        min_new_tokens=F.NEW, return_stats=True, **kwargs)
+        assert out[0, ids.shape[1]:].tolist() == want.tolist(), kwargs
+        assert stats.accepted_tokens >= F.NEW // 3 and stats.draft_tokens - stats.accepted_tokens >= 4, kwargs
+
+
+def test_a_padded_batch_picks_each_rows_keys_as_the_row_alone():
+    """Rows of different lengths, left-padded, each get the tokens of their prompt alone (the padding is no key the
+    indexer ranks), also where a row's drafts are rejected."""
+    model = _model("deepseek_v32")
+    ids, mask = F.padded_batch()
+    rows = [ids[0:1], ids[1:2, 10:]]
+    wants = [F.reference(model, row) for row in rows]
+    out = lookahead.generate(model, ids, attention_mask=mask, documents=[corrupted(w) for w in wants], draft_cost=0,
+                             max_new_tokens=F.NEW, min_new_tokens=F.NEW)
+    assert [out[i, ids.shape[1]:].tolist() for i in range(2)] == [w.tolist() for w in wants]
+
+
+def test_the_indexers_get_their_forward_back():
+    """Blocks nest (a cost curve measured inside a call): each end gives the indexers the forward they had."""
+    model = _model("deepseek_v32")
+    found = indexers(model)
+    assert found and all("forward" not in m.__dict__ for m in found)
+    with decoding_order(model):
+        outer = [m.forward for m in found]
+        with decoding_order(model):
+            assert [m.forward for m in found] != outer
+        assert [m.forward for m in found] == outer
+    assert all("forward" not in m.__dict__ for m in found)
+
+
+def test_served_rows_pick_their_keys_on_their_own():
+    """Three requests joining one batch a step apart, each drafting from a prediction wrong at every fifth token,
+    decode to model.generate's tokens: joined rows keep their indexer keys, padded like their other keys."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from lookahead import models
+    from lookahead.serve.engine import Engine
+    from test_serve import _joined
+
+    model = _model("deepseek_v32")
+    tok = models.load(models.default_model_path())[1]
+    prompts = [F.prompt(30 + 5 * k, seed=k)[0].numpy() for k in range(3)]
+    want = [F.reference(model, torch.as_tensor(p)[None]).tolist() for p in prompts]
+    predictions = [np.array([t if (i + 1) % 5 else (t + 1) % F.VOCAB for i, t in enumerate(w)]) for w in want]
+    engine = Engine(model, draft_cost=0)
+    rows = _joined(engine, prompts, F.NEW, tok, predictions)
+    assert engine.error is None and [row.out for row in rows] == want
+    assert sum(row.stats.accepted_tokens for row in rows) >= F.NEW

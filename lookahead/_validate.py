@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 
 from ._checks import check_int  # noqa: F401  (re-exported: one integer check for the whole package)
+from .model.cache import FOLLOWED_CACHES
 from .model.facts import ModelFacts, forward_parameters, takes_keywords
 from .model.layers import KNOWN, NONE, RECURRENT, state_space
 
@@ -43,7 +44,7 @@ def check_layers(facts: ModelFacts) -> None:
     if unknown:
         raise ValueError(f"{name} has layers of a kind lookahead does not know ({_names(unknown)}): their cache "
                          f"may not roll back rejected drafts exactly; use model.generate")
-    if facts.own_cache is not None:
+    if facts.own_cache is not None and facts.own_cache not in FOLLOWED_CACHES:
         raise ValueError(f"{name} keeps its state in a cache of its own ({facts.own_cache}), not in the KV cache "
                          f"lookahead rolls back after rejected drafts; use model.generate")
 

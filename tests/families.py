@@ -203,6 +203,7 @@ _REFERENCES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model 
 
 def features(model) -> set:
     """The model's features that `REFUSALS` and the window xfail are keyed by, from its layers and forward."""
+    from lookahead.model.cache import FOLLOWED_CACHES
     from lookahead.model.facts import ModelFacts, forward_parameters
     from lookahead.model.layers import KNOWN, NONE, RECURRENT, LayerKinds, check_windows_in_masks
 
@@ -211,11 +212,12 @@ def features(model) -> set:
         return {"no KV cache"}
     facts = ModelFacts.of(model)
     kinds = [layer.kind for layer in facts.layers if layer.kind != NONE]
-    if RECURRENT in kinds and not facts.own_cache:  # a cache of its own is refused for that
+    own = facts.own_cache if facts.own_cache not in FOLLOWED_CACHES else None  # MiniMax's is followed
+    if RECURRENT in kinds and not own:  # a cache of its own is refused for that
         found.add("unfollowed recurrent" if facts.recurrent else "recurrent")
     if any(kind not in KNOWN for kind in kinds):
         found.add("unknown layer kind")
-    if facts.own_cache:
+    if own:
         found.add("own cache class")
     if facts.alibi:
         found.add("ALiBi")

@@ -228,3 +228,70 @@ def test_trees_fill_the_nodes_their_forward_computes_anyway():
     widest = max(len(d) for d in plain)
     assert [len(d) for d in filled] == [min(widest, len(rows[i].propose_tree(16))) for i in range(2)]
     assert all(len(d) <= 16 for d in sizing.draft(rows, np.full(2, 100), padded=lambda n: 40))
+
+
+@settings(max_examples=100, deadline=None)
+@given(rows=st.lists(st.tuples(st.floats(0, 1), st.integers(0, 12)), min_size=1, max_size=64),
+       cost=st.sampled_from([(0.0, 0.05), (0.8, 0.05), (0.0, 0.5), (0.1, 0.0)]), least=st.integers(0, 4))
+def test_a_batchs_width_is_the_best_bet_for_the_whole_batch(rows, cost, least):
+    """The step's width maximizes the batch's expected tokens per unit of cost (every row pays for the widest row's
+    columns), found by brute force; so it never expects fewer tokens per cost than plain decoding (width 0)."""
+    from lookahead.decode.policy import batch_width
+
+    chances, reach = np.array([q for q, _ in rows]), np.array([r for _, r in rows], dtype=np.int64)
+
+    def value(w):
+        gain = sum(sum(min(q, 0.999) ** j for j in range(min(w, r) + 1)) for q, r in rows)
+        return gain / float(step_cost(cost, len(rows) * (max(w, least) + 1) - 1))
+
+    widths = np.maximum(np.arange(int(reach.max()) + 1), least)
+    w = batch_width(chances, reach, step_cost(cost, len(rows) * (widths + 1) - 1))
+    assert 0 <= w <= max(reach.max(), 0)
+    best = max(value(v) for v in range(int(reach.max()) + 1))
+    assert value(w) >= best * (1 - 1e-9) and value(w) >= value(0) * (1 - 1e-9)
+
+
+def test_weak_bets_in_a_full_batch_decode_plainly_and_a_strong_one_pays_for_all():
+    """64 rows whose drafts are rarely accepted verify none (at a large batch a step costs what its tokens cost);
+    in a batch of 2, a row that copies its prompt drafts its 8 tokens and the other fills the columns."""
+    from lookahead.decode.policy import batch_width
+
+    def line(b):
+        return step_cost((0.0, 0.05), b * (np.arange(9) + 1) - 1)
+
+    assert batch_width(np.full(64, 0.2), np.full(64, 8), line(64)) == 0
+    assert batch_width(np.array([0.95, 0.1]), np.array([8, 8]), line(2)) == 8
+    assert batch_width(np.full(64, 0.95), np.full(64, 8), line(64)) > 0
+
+
+def test_step_times_follow_the_steps_timed():
+    """Before any timing a batch's costs are the model's; a timed plain step sets their scale and a timed wider step
+    what a column adds, per batch size rounded up to a power of two."""
+    from lookahead.decode.policy import StepTimes
+
+    times = StepTimes((0.0, 0.05))
+    assert np.allclose(times.costs(16, 2), step_cost((0.0, 0.05), 16 * (np.arange(3) + 1) - 1))
+    assert not times.drafts(16)  # a plain step first
+    times.record(16, 0, 0.32, 16)  # 20 ms per row
+    assert times.drafts(16)
+    model = step_cost((0.0, 0.05), 16 * (np.arange(3) + 1) - 1)
+    assert np.allclose(times.costs(16, 2), 0.32 * model / model[0])
+    times.record(15, 2, 0.90, 45)  # 15 rows: the same bucket; 60 ms per row, 20 ms per column; 3 tokens a row
+    assert np.allclose(times.costs(16, 2), 16 * (0.02 + 0.02 * np.arange(3)))
+    assert np.allclose(times.costs(16, 2, least=2), 16 * 0.06)
+    assert np.allclose(times.costs(4, 1), step_cost((0.0, 0.05), 4 * (np.arange(2) + 1) - 1))  # another bucket
+    assert times.drafts(16)  # 45 tokens in 0.9 s against 16 in 0.32 s: drafting did not lose
+
+
+def test_drafting_that_loses_stops_but_for_a_probe():
+    """Where steps with drafts gave fewer tokens per second than plain steps, a batch size decodes plainly,
+    but for one step in `PROBE`, which may find drafting paying again."""
+    from lookahead.decode.policy import StepTimes
+
+    times = StepTimes((0.0, 0.05), weight=1.0)
+    times.record(8, 0, 0.16, 8)  # 50 tokens per second
+    times.record(8, 4, 0.48, 16)  # 33 per second
+    asked = [times.drafts(8) for _ in range(2 * times.PROBE)]
+    assert sum(asked) == 2 and asked[times.PROBE - 1]
+    times.record(8, 4, 0.24, 40)  # a probe that paid: 167 per second
+    assert times.drafts(8)

@@ -12,8 +12,8 @@ from lookahead.model import recurrent
 from lookahead.model.cache import new_cache
 
 # one family per kind of recurrent module: gated delta net, Mamba2 stepped and continued, Mamba, short convolutions,
-# a parallel hybrid (attention and Mamba in one layer)
-KINDS = ["qwen3_5_text", "nemotron_h", "granitemoehybrid", "mamba", "lfm2", "falcon_h1", "kimi_linear"]
+# a parallel hybrid (attention and Mamba in one layer), lightning attention in a cache of its own (MiniMax)
+KINDS = ["qwen3_5_text", "nemotron_h", "granitemoehybrid", "mamba", "lfm2", "falcon_h1", "kimi_linear", "minimax"]
 
 
 def _model(name):

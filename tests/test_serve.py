@@ -392,7 +392,7 @@ def _joined(engine, prompts: list, max_new: int, tok, predictions=None) -> list:
     return rows
 
 
-@pytest.mark.parametrize("name", ["qwen3_5_text", "lfm2", "mamba2"])
+@pytest.mark.parametrize("name", ["qwen3_5_text", "lfm2", "mamba2", "minimax"])
 def test_recurrent_models_serve_each_joined_row_on_its_own_state(name):
     """A hybrid (gated delta net beside attention, short convolutions beside attention) and a state-space model are
     served: three requests that join one batch a step apart, each drafting from a prediction that is greedy's answer
@@ -417,3 +417,57 @@ def test_recurrent_models_serve_each_joined_row_on_its_own_state(name):
     from lookahead.model.recurrent import recurrent_modules
 
     assert not any(module._forward_pre_hooks for module in recurrent_modules(model))  # no request left its hooks
+
+
+def test_a_full_batch_of_weak_bets_verifies_no_drafts_and_a_strong_one_pays_for_all(reference):
+    """The engine's step width sees the whole batch (`policy.batch_width`): 64 greedy rows whose drafts were rarely
+    accepted verify none (a forward over 64 rows costs what all its tokens cost), while one row whose prediction is
+    being accepted widens the step for the others too; a single row is left to its own policy."""
+    from lookahead.serve.engine import Engine
+    from lookahead.serve.row import Drafting, Row, Sampling
+
+    model, tok = reference
+    engine = Engine(model, draft_cost=(0.0, 0.05))  # a cost given: taken as it is, no step timed
+    ids = np.array(prompt_ids(reference, PROMPTS[0]) * 3, dtype=np.int64)  # repeats: every row has a match
+
+    def row(prediction=None):
+        r = Row(ids, 64, (), Sampling(0.0), Drafting(), tok, prediction=prediction)
+        r.start(None, engine.chain_cost, engine.sampling_cost, engine.num_draft_tokens, "cpu")
+        r.length.accepted[:], r.length.rejected[:] = 1.0, 9.0  # drafts accepted 1 time in 10
+        return r
+
+    weak = [row() for _ in range(64)]
+    assert all(r.index.match_length > 0 for r in weak)
+    budgets = [r.budget(64) for r in weak]
+    assert engine._width(weak, budgets, max(budgets)) == 0
+    strong = row(prediction=ids[:40].copy())
+    strong.stats.prediction_accepted = 200  # its prediction has been right so far
+    pair = [weak[0], strong]
+    budgets = [r.budget(2) for r in pair]
+    width = engine._width(pair, budgets, max(budgets))
+    assert width > 0 and len(strong.draft(budgets[1], width, width)) == width
+    assert len(weak[0].draft(budgets[0], width, width)) <= width
+
+
+def test_a_row_left_out_of_a_step_learns_from_the_tokens_that_come(reference):
+    """A greedy row that verifies no draft (the batch's width left it out) keeps the draft it would have verified
+    and scores it against the tokens the target gives: all of them accepted teach its policy a hit, a mismatch a
+    miss, with no forward spent on it."""
+    from lookahead.serve.engine import Engine
+    from lookahead.serve.row import Drafting, Row, Sampling
+
+    model, tok = reference
+    engine = Engine(model, draft_cost=(0.0, 0.05))
+    ids = np.array(prompt_ids(reference, PROMPTS[0]) * 3, dtype=np.int64)
+    row = Row(ids, 64, (), Sampling(0.0), Drafting(), tok)
+    row.start(None, engine.chain_cost, engine.sampling_cost, engine.num_draft_tokens, "cpu")
+    accepted, rejected = row.length.accepted.sum(), row.length.rejected.sum()
+    row.watch()
+    start, tokens, match = row.shadow
+    assert start == 0 and len(tokens) > 2 and match > 0
+    row.advance([int(tokens[0])])
+    row.advance([int(tokens[1])])
+    assert row.shadow is not None  # two of them agree so far: not told yet
+    row.advance([int(tokens[2]) + 1])  # the third differs
+    assert row.shadow is None and row.stats.draft_tokens == 0
+    assert row.length.accepted.sum() == accepted + 2 and row.length.rejected.sum() == rejected + 1

@@ -128,6 +128,108 @@ def step_costs(cost, most: int, batch: int) -> np.ndarray:
     return np.asarray(step_cost(as_cost(row_cost(cost, batch)), np.arange(most + 1)), dtype=float)
 
 
+def batch_width(chances: np.ndarray, reach: np.ndarray, costs: np.ndarray) -> int:
+    """The draft columns w of a batch's step that give the most tokens per unit of cost, for the whole batch.
+
+    Every row of a step computes as many columns as its widest row (the forward is a rectangle), so one row's long
+    draft makes every row pay for w + 1 tokens, and at a large batch the step costs what all of its tokens cost.
+    Row i drafts min(w, reach[i]) tokens, each accepted with probability chances[i] given the one before, and gains
+    1 + q + ... + q^min(w, reach[i]) tokens in expectation; costs [max(reach) + 1] is what the batch's step costs at
+    each width (`StepTimes.costs`). w = 0 is plain decoding, so the chosen step is never expected to yield fewer
+    tokens per unit of cost than no drafts at all.
+
+    Example:
+        >>> line = step_cost((0.0, 0.05), 2 * (np.arange(9) + 1) - 1)  # two rows, a forward's cost per token
+        >>> batch_width(np.array([0.9, 0.1]), np.array([8, 8]), line)  # a good bet pays for both rows
+        8
+        >>> line = step_cost((0.0, 0.05), 64 * (np.arange(9) + 1) - 1)
+        >>> batch_width(np.full(64, 0.2), np.full(64, 8), line)  # 64 weak bets: plain decoding
+        0
+    """
+    q = np.clip(np.asarray(chances, dtype=float), 0.0, 0.999)[:, None]  # [b, 1]
+    w = np.arange(len(costs))
+    k = np.minimum(w[None, :], np.asarray(reach)[:, None])  # [b, W]: what each row drafts at width w
+    gain = ((1.0 - q ** (k + 1)) / (1.0 - q)).sum(axis=0)
+    return int(np.argmax(gain / np.asarray(costs, dtype=float)))  # the narrowest of equals
+
+
+class StepTimes:
+    """What a batch's step costs at each draft width, measured as the engine runs.
+
+    A cost model measured at batch 1 misses what a batch adds (at 16 rows of 800-token contexts a plain step of
+    SmolLM2 on this CPU took 2.6 one-token forwards, where the batch-1 curve says 1.5 for 16 tokens), so the engine
+    times its steps: per batch size (rounded up to a power of two), the seconds per row of a plain step and what
+    each draft column adds per row (exponential averages of the steps seen). Until a batch size's plain step was
+    timed, its costs are the model's (`step_cost` of the whole step's tokens on the model's line: a measured curve's
+    steps, such as a forward of 17 tokens costing twice one of 16, are a batch of one's); until a wider step was
+    timed, a column adds what the line says, relative to the timed plain step, and once one was, what it took.
+    The steps' outcome decides last (`drafts`): where steps with drafts gave fewer tokens per second than plain ones,
+    the batch size decodes plainly (a draft's chances may be guessed too high, its cost too low).
+
+    Args:
+        cost: the batch-1 cost model (a `CostCurve`, whose closest line is taken, or a line, `as_cost`).
+        weight: how much a new timing moves an average.
+        timed: False: the costs are the model's alone and nothing is timed (a cost the user gave).
+    """
+
+    PROBE = 8  # while drafting loses at a batch size, every PROBE-th step there may draft again (to see anew)
+
+    def __init__(self, cost, weight: float = 0.2, timed: bool = True):
+        cost = as_cost(cost)
+        self.timed = timed
+        self.cost, self.weight = (cost.linear() if isinstance(cost, CostCurve) else cost), weight
+        self.plain, self.column = {}, {}  # bucket -> seconds per row: of a plain step; per draft column
+        self.wide = {}  # bucket -> tokens per second that steps with drafts gave (their average; a plain step's:
+        # 1 / plain, whatever the batch size in the bucket)
+        self.asked = {}  # bucket -> steps that asked `drafts` while drafting lost there
+
+    def drafts(self, b: int) -> bool:
+        """Whether a step of b rows may verify drafts: once its batch size's plain step was timed, and unless steps
+        with drafts there gave fewer tokens per second per row of cost than plain ones (then one step in `PROBE` may, to
+        see anew): whatever the rows' chances and the costs predict, drafting that loses stops."""
+        key = _size(b)
+        if not self.timed:
+            return True
+        if key not in self.plain:
+            return False  # a plain step first: what drafting must beat
+        if key not in self.wide or self.wide[key] * self.plain[key] >= 1.0:
+            return True
+        self.asked[key] = self.asked.get(key, 0) + 1
+        return self.asked[key] % self.PROBE == 0
+
+    def costs(self, b: int, most: int, least: int = 0) -> np.ndarray:
+        """[most + 1]: what a step of b rows costs at each width w (at least `least`: columns it computes anyway)."""
+        w = np.maximum(np.arange(most + 1), least)
+        model = step_cost(self.cost, b * (w + 1) - 1)  # in one-token forwards
+        key = _size(b)
+        if key not in self.plain:
+            return model
+        plain = self.plain[key]
+        if key in self.column:
+            return b * (plain + self.column[key] * w)
+        return plain * b * model / float(step_cost(self.cost, b - 1))
+
+    def record(self, b: int, width: int, seconds: float, gained: int) -> None:
+        """A step of b rows verifying `width` draft columns took `seconds` and gave `gained` tokens."""
+        if not self.timed:
+            return
+        key, per_row = _size(b), seconds / b
+        if width == 0:
+            self.plain[key] = _moved(self.plain.get(key), per_row, self.weight)
+        elif key in self.plain:
+            self.column[key] = _moved(self.column.get(key), max(per_row - self.plain[key], 0.0) / width,
+                                      self.weight)
+            self.wide[key] = _moved(self.wide.get(key), gained / seconds, self.weight)
+
+
+def _size(b: int) -> int:
+    return 1 << max(int(b) - 1, 0).bit_length()
+
+
+def _moved(average, value: float, weight: float) -> float:
+    return value if average is None else (1.0 - weight) * average + weight * value
+
+
 class TreeCalibration:
     """Maps a draft tree's estimated node probabilities to the acceptance actually seen, online.
 
@@ -214,3 +316,8 @@ class DraftLength:
     def acceptance(self) -> np.ndarray:
         """Estimated per-token acceptance probability of each match-length bucket."""
         return self.accepted / (self.accepted + self.rejected)
+
+    def chance(self, match_length: int) -> float:
+        """Estimated per-token acceptance probability of a draft behind a match of `match_length` tokens."""
+        b = int(np.searchsorted(_BUCKETS, match_length, side="right")) - 1
+        return float(self.accepted[b] / (self.accepted[b] + self.rejected[b]))

@@ -13,6 +13,8 @@ from transformers import DynamicCache, EncoderDecoderCache
 
 from .recurrent import LinearAttentionCacheLayerMixin, recurrent_layers, select_state_rows
 
+FOLLOWED_CACHES = ("MiniMaxCache",)  # caches of a model's own whose states lookahead follows (`linear_cache`)
+
 try:
     from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 except ImportError:  # older transformers: caches without layer objects
@@ -76,6 +78,11 @@ def new_cache(model) -> DynamicCache:
     if getattr(model.config, "is_encoder_decoder", False):
         config = model.config.get_text_config(decoder=True)
         return EncoderDecoderCache(DynamicCache(config=config), DynamicCache(config=config))
+    own = own_cache_class(model)
+    if own is not None:  # MiniMax's: its linear attention states beside the KV layers
+        cache = own()
+        _grow_in_place(cache)
+        return cache
     try:
         cache = DynamicCache(config=model.config)
     except TypeError:  # older transformers: no config argument
@@ -88,6 +95,17 @@ def new_cache(model) -> DynamicCache:
             cache.layers[i].record_past = False
     _grow_in_place(cache)
     return cache
+
+
+def own_cache_class(model):
+    """The model's own cache class where lookahead follows its states (`FOLLOWED_CACHES`), else None."""
+    import sys
+
+    module = sys.modules.get(type(model).__module__)
+    for name in FOLLOWED_CACHES:
+        if module is not None and isinstance(getattr(module, name, None), type):
+            return getattr(module, name)
+    return None
 
 
 def _grow_in_place(cache) -> None:
@@ -107,6 +125,10 @@ def rollback(cache, keep: int, length: int | None = None) -> None:
     it holds, when the caller knows them."""
     extra = (cache.get_seq_length() if length is None else length) - keep
     assert extra >= 0, f"cannot roll a cache of {cache.get_seq_length()} slots forward to {keep}"
+    if hasattr(cache, "linear_cache"):  # MiniMax's cache refuses `crop`: its KV layers are cut, its states restored
+        for layer in cache.layers:
+            layer.crop(-extra)
+        return
     if not recurrent_layers(cache):
         cache.crop(-extra)
         return
@@ -174,6 +196,9 @@ def join_rows(cache, other, pad: int, other_pad: int) -> None:
 
     Both caches hold the layers of one model: full-attention or windowed (`GrowingLayer` or transformers'
     `DynamicLayer`), recurrent, or both in one layer."""
+    for j, state in enumerate(getattr(cache, "linear_cache", ())):  # MiniMax's linear attention states
+        if isinstance(state, torch.Tensor):
+            cache.linear_cache[j] = torch.cat([state, other.linear_cache[j]], dim=0)
     for layer, extra in zip(cache.layers, other.layers):
         if isinstance(layer, LinearAttentionCacheLayerMixin):
             _join_states(layer, extra)

@@ -21,7 +21,7 @@ from . import _kernels
 from .cache import keep_slots, new_cache, rollback, select_rows
 from .facts import ModelFacts
 from .layers import LayerKinds, state_space
-from .recurrent import Checkpoints, recurrent_layers
+from .recurrent import Checkpoints, keeps_states
 from .static import prompt_positions, prompt_sources
 
 
@@ -54,7 +54,7 @@ class CausalLM:
         self.held = 0  # the step's columns the cache holds past `width` until the commit
         self.kinds = LayerKinds.of(model.config)  # windowed layers get masks of their own, by position
         # recurrent layers: their states checkpointed before each verification, settled on the accepted path after
-        self.states = Checkpoints(model, self.cache) if recurrent_layers(self.cache) else None
+        self.states = Checkpoints(model, self.cache) if keeps_states(self.cache) else None
         self.attends = not state_space(facts.layers)  # a state-space model takes no mask after its prefill (some
         # pass it to their mixers as padding of the step, as model.generate never does)
 

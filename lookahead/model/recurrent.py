@@ -1,4 +1,5 @@
-"""Recurrent layers (gated delta nets, Mamba, short convolutions, ...) whose state follows the accepted path.
+"""Recurrent layers (gated delta nets, Mamba, short convolutions, MiniMax's lightning attention, ...) whose state
+follows the accepted path.
 
 A verification forward runs every draft token through a recurrent layer's state; a KV cache drops a rejected
 token by cutting its slot, but a state has no slots to cut. So before each forward the target takes a checkpoint of
@@ -60,6 +61,12 @@ def recurrent_layers(cache) -> list:
             if isinstance(layer, LinearAttentionCacheLayerMixin)]
 
 
+def keeps_states(cache) -> bool:
+    """Whether `cache` holds recurrent states lookahead follows: transformers' recurrent layers, or the linear
+    attention states of MiniMax's own cache (`linear_cache`, one [b, heads, d, d] tensor per such layer)."""
+    return bool(recurrent_layers(cache)) or hasattr(cache, "linear_cache")
+
+
 def recurrent_modules(model) -> list:
     """The modules that read and write a recurrent cache layer's state (`layer_idx` names the layer), in order;
     found once per model (a call's checks, `stepping` and `Checkpoints` each ask)."""
@@ -80,8 +87,8 @@ def _keeps_state(cls) -> bool:
         source, params = inspect.getsource(cls.forward), inspect.signature(cls.forward).parameters
     except (TypeError, OSError, ValueError):
         return False
-    return ("get_recurrent_state" in source or "get_conv_state" in source or "update_conv_state" in source) \
-        and "cache" in params and "decoder_layer" not in source
+    return ("get_recurrent_state" in source or "get_conv_state" in source or "update_conv_state" in source
+            or "get_linear_cache" in source) and "cache" in params and "decoder_layer" not in source
 
 
 def unsupported(model) -> str | None:
@@ -202,8 +209,9 @@ class Checkpoints:
     def _states(self) -> list:
         """(layer, kind, state index, tensor) of every state the recurrent layers hold now; a layer that records its
         convolution inputs (a sliding-window hybrid, whose attention part must keep every slot) shows the last
-        `conv_kernel_size` of them, all a next forward reads."""
-        found = []
+        `conv_kernel_size` of them, all a next forward reads. MiniMax's cache: each linear attention layer's state."""
+        found = [(i, "linear_cache", None, state) for i, state in enumerate(getattr(self.cache, "linear_cache", ()))
+                 if isinstance(state, torch.Tensor)]
         for i in self.layers:
             layer = self.cache.layers[i]
             for kind in ("conv_states", "recurrent_states"):
@@ -216,7 +224,10 @@ class Checkpoints:
 
     def _put(self, states, values) -> None:
         for (i, kind, j, _), value in zip(states, values):
-            getattr(self.cache.layers[i], kind)[j] = value
+            if kind == "linear_cache":
+                self.cache.linear_cache[i] = value
+            else:
+                getattr(self.cache.layers[i], kind)[j] = value
 
     @contextlib.contextmanager
     def forward(self):

@@ -3,8 +3,9 @@
 Each turn of the loop: take the rows that arrived (each prefilled alone, then joined to the batch: `ServingLM.join`),
 drop cancelled rows, then one step for all rows:
 
-    draft (each row's index and policy; greedy rows fill up to the widest draft: those columns are computed anyway)
-    -> verify (one forward over every row's [last token, draft]) -> accept (per row: greedy, or speculative sampling
+    draft (each row's index and policy; in a batch, greedy rows draft at most the step's width, the one with the
+    most tokens expected per unit of cost for the whole batch: `policy.batch_width`, and fill up to it: those columns
+    are computed anyway) -> verify (one forward over every row's [last token, draft]) -> accept (per row: greedy, or speculative sampling
     with the row's temperature, top-p and generator) -> commit (the cache keeps each row's accepted path)
     -> advance (append, stream, stop) -> drop finished rows.
 
@@ -18,13 +19,14 @@ import contextvars
 import logging
 import queue
 import threading
+import time
 
 import numpy as np
 import torch
 
 from ..runtime.jit import SERVED, tier
 from ..decode.calibrate import budget, draft_cost
-from ..decode.policy import CostCurve
+from ..decode.policy import CostCurve, StepTimes, batch_width
 from ..decode.settings import DRAFT_TOKENS, GenerationStats, make_settings
 from ..model.attention import packed_attention
 from ..model.facts import ModelFacts
@@ -71,7 +73,7 @@ class Engine:
         memory: a `lookahead.Memory` every row drafts from and adds its prompt and output to, or None.
         metrics: a `lookahead.serve.metrics.Metrics`, or None.
         draft_cost: greedy rows' verification cost model (`lookahead.generate`'s `draft_cost`; default: measured
-            on this machine on a CPU).
+            on this machine on a CPU, and a batch's steps timed as they run: `policy.StepTimes`).
 
     Raises:
         ValueError: the model cannot be served (`check_servable`).
@@ -83,6 +85,8 @@ class Engine:
         self.sampling_cost = _cost(model, self.facts, None, True)
         self.num_draft_tokens = max(DRAFT_TOKENS, budget(self.chain_cost, DRAFT_TOKENS))
         self.pads = None  # at batch 1 on a measured curve, the drafts a chain step pads to (`CausalLM.pad_to`)
+        self.times = StepTimes(self.chain_cost, timed=draft_cost is None)  # what a batch's step costs at each
+        # width, as timed (a cost the caller gave is taken as it is)
         if isinstance(self.chain_cost, CostCurve):
             self.pads = self.chain_cost.pads_within(self.num_draft_tokens)
         self.pending: queue.Queue = queue.Queue()
@@ -199,10 +203,19 @@ class Engine:
         target.pads = self.pads if b == 1 else None  # where a wider forward costs less (measured at batch 1)
         budgets = [row.budget(b) for row in rows]
         fill = target.padded(max(budgets))  # the columns the step computes anyway
-        drafts = [row.draft(n, fill) for row, n in zip(rows, budgets)]
+        width = self._width(rows, budgets, fill) if b > 1 else None
+        if width is not None:
+            fill = width
+        drafts = [row.draft(n, fill, width if row.sampling.greedy else None) for row, n in zip(rows, budgets)]
+        if width is not None:  # what a row did not verify, it still learns from: the tokens that come
+            for row, draft in zip(rows, drafts):
+                if not len(draft):
+                    row.watch()
         batch = DraftBatch.pack(drafts, all(row.chain for row in rows))
+        start = time.perf_counter()
         logits = target.verify(self.last, batch, self.stats)  # [b, N+1, V]
         verdict = self._accept(rows, batch, logits)
+        self.times.record(b, batch.width, time.perf_counter() - start, b + int(verdict.counts.sum()))
         target.commit(batch, verdict)
         if self.metrics is not None:
             self.metrics.forwards.inc()
@@ -213,6 +226,22 @@ class Engine:
             self.last[i] = gained[i][-1]
             done.append(row.advance(gained[i]))
         self._drop(done)
+
+    def _width(self, rows: list, budgets: list, fill: int):
+        """The most draft tokens a greedy row verifies in this step: the width with the most tokens expected per unit
+        of cost for the whole batch (`policy.batch_width`; every row computes the widest row's columns, and at a
+        large batch a step costs what all its tokens cost), the costs as this engine's steps were timed
+        (`policy.StepTimes`), at least what sampling rows draft (theirs are their own: a seed replays); 0 where
+        drafting gave fewer tokens per second than plain steps at this batch size (`StepTimes.drafts`); None (each
+        row as it asks) when a row drafts a tree."""
+        outlooks = [row.outlook(n, fill) for row, n in zip(rows, budgets)]
+        if any(chance is None for chance, _ in outlooks):
+            return None
+        if not self.times.drafts(len(rows)):  # a plain step first, or drafting lost at this batch size
+            return max((int(r) for row, (_, r) in zip(rows, outlooks) if not row.sampling.greedy), default=0)
+        chances, reach = np.array(outlooks, dtype=float).T
+        least = max((int(r) for row, (_, r) in zip(rows, outlooks) if not row.sampling.greedy), default=0)
+        return batch_width(chances, reach, self.times.costs(len(rows), int(reach.max()), least))
 
     def _accept(self, rows: list, batch: DraftBatch, logits: torch.Tensor) -> Verdict:
         """Each row's accepted path and next token: greedy rows together, sampling rows each with its own rule."""

@@ -84,6 +84,7 @@ class Row:
         self.predicted = 0 if prediction is not None and len(prediction) else None  # where the prediction goes on
         # after the answer so far (None: nowhere, or no prediction)
         self.index = self.length = self.tree = self.generator = None
+        self.shadow = None  # (where in out it starts, tokens, match length): a draft the row did not verify
         self.finish: str | None = None  # "stop", "length" or "cancelled" once done
         self.cancelled = False
         self.submitted, self.first_token, self.finished = time.perf_counter(), None, None
@@ -120,23 +121,74 @@ class Row:
         ask = self.length.choose(np.full(batch, self.index.match_length))[0]  # replays; greedy: the batch's costs
         return int(min(ask, self.max_new - 1 - len(self.out)))
 
-    def draft(self, budget: int, fill: int) -> Draft:
+    def draft(self, budget: int, fill: int, width: int | None = None) -> Draft:
         """The row's draft: a tree (draft="tree"), else a chain of `budget` tokens, or up to `fill` (the columns
-        the step computes anyway) for a greedy row with a match."""
+        the step computes anyway) for a greedy row with a match; a prediction's next tokens while the answer
+        follows it. `width`: the most tokens the batch's step verifies (`batch_width`), or None."""
         if self.index is None:
             return Draft.empty()
-        room = self.max_new - 1 - len(self.out)
         if self.tree is not None:
-            return self.tree.draft([self.index], np.array([max(room, 0)]))[0]
-        match = self.index.match_length
-        if self.predicted is not None and self.predicted < len(self.prediction):  # a prediction is drafted
-            # whatever the cost curve says of short guesses: it is the answer the client expects
+            return self.tree.draft([self.index], np.array([max(self.room, 0)]))[0]
+        reach, prediction = self._reach(budget, fill)
+        n = reach if width is None else min(reach, width)
+        if prediction:
+            return Draft.chain(self.prediction[self.predicted:self.predicted + n].copy(),
+                               max(self.index.match_length, 1))
+        return Draft.chain(self.index.propose(n), self.index.match_length) if n > 0 else \
+            Draft.empty(self.index.match_length)
+
+    @property
+    def room(self) -> int:
+        """Draft tokens the row can still use: its new tokens left, less the one every step gains."""
+        return self.max_new - 1 - len(self.out)
+
+    def _reach(self, budget: int, fill: int) -> tuple:
+        """(the tokens the row drafts given its `budget` and a step `fill` columns wide, whether from the
+        prediction): a prediction's next tokens while the answer follows it, whatever the cost curve says of short
+        guesses (it is the answer the client expects); a greedy row with a match fills the columns computed anyway."""
+        room, match = self.room, self.index.match_length
+        if self.predicted is not None and self.predicted < len(self.prediction):
             n = min(len(self.prediction) - self.predicted, room, max(budget, PREDICTION_TOKENS))
             if n > 0:
-                return Draft.chain(self.prediction[self.predicted:self.predicted + n].copy(), max(match, 1))
+                return n, True
         if self.sampling.greedy and match:
             budget = max(budget, min(fill, room, self.length.max_tokens))
-        return Draft.chain(self.index.propose(budget), match) if budget > 0 else Draft.empty(match)
+        return (budget if match else 0), False
+
+    def outlook(self, budget: int, fill: int) -> tuple:
+        """(the chance that each of the row's draft tokens is accepted, given the one before; the most tokens it
+        drafts in a step `fill` columns wide), for the batch's choice of width (`batch_width`); a tree's row
+        (None, None)."""
+        if self.index is None:
+            return 0.0, 0
+        if self.tree is not None:
+            return None, None
+        reach, prediction = self._reach(budget, fill)
+        if prediction:  # the prediction's own record so far, from 3 accepted to 1 rejected
+            c = self.stats
+            return (c.prediction_accepted + 3.0) / (c.prediction_accepted + c.prediction_rejected + 4.0), reach
+        return self.length.chance(self.index.match_length), reach
+
+    def watch(self) -> None:
+        """Keep the draft the row would verify now (a greedy chain row with a match that drafts nothing in this
+        step: the batch's width left it out) to score against the tokens that come, so that its policy learns its
+        chance of acceptance without a forward paying for it (`advance`); one at a time."""
+        if (self.shadow is None and self.tree is None and self.sampling.greedy and self.index is not None
+                and self.index.match_length):
+            tokens = self.index.propose(max(1, min(self.room, self.length.max_tokens)))
+            if len(tokens):
+                self.shadow = (len(self.out), tokens, self.index.match_length)
+
+    def _score_shadow(self) -> None:
+        """Teach the policy what the tokens that came accepted of the kept draft, once they tell (a mismatch, or as
+        many tokens as it has)."""
+        start, tokens, match = self.shadow
+        came = np.asarray(self.out[start:start + len(tokens)], dtype=np.int64)
+        agree = np.cumprod(came == tokens[:len(came)])
+        accepted = int(agree.sum())
+        if accepted < len(came) or len(came) == len(tokens) or self.done:
+            self.length.update(np.array([match]), np.array([len(tokens)]), np.array([accepted]))
+            self.shadow = None
 
     def pick(self, logits: torch.Tensor, draft: Draft) -> tuple:
         """A sampling row's acceptance over its own columns logits [n + 1, V]: (accepted node indices, next)."""
@@ -189,6 +241,8 @@ class Row:
             self.index.extend(np.asarray(tokens[:kept], dtype=np.int64))
         if self.prediction is not None and len(self.prediction):
             self.predicted = _follow(self.prediction, self.predicted, self.out, kept)
+        if self.shadow is not None:
+            self._score_shadow()
         if self.first_token is None:
             self.first_token = time.perf_counter()
         new = self.text.update(self.out, final=self.done)

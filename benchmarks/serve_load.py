@@ -1,0 +1,110 @@
+"""The server's engine under load: output tokens per second at 1 to 64 concurrent requests, speculation on
+(`lookahead serve`'s default request) against `"lookup": "none"`, in this process.
+
+Each level submits as many greedy requests as there are clients at once (the workloads' chat prompts cycled; each
+request is a `Row`, as the HTTP server makes it) to one `Engine` over SmolLM2 and waits for the last: output tokens
+per second from the first submission to the last row done, prefills included. The two modes take turns level by level
+and round by round, so that a slower stretch of a shared machine hits both. Without HTTP and client threads, which
+on this 2-core machine take the cores the engine needs (`benchmarks/serve.py` measures the whole server). The step log
+says how wide the batch's steps were (`policy.batch_width`: the width with the most tokens expected per unit of cost
+for the whole batch).
+
+    python benchmarks/serve_load.py --clients 1 4 16 32 64 --rounds 2
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from serve import DATA, jobs
+
+from lookahead import models
+from lookahead.serve.engine import Engine
+from lookahead.serve.row import Drafting, Row, Sampling
+
+
+def level(engine: Engine, prompts: list, clients: int, max_new: int, lookup: str, tok) -> dict:
+    """Submit `clients` rows at once (prompts cycled), wait for all: tokens, seconds, the steps' widths."""
+    done = []
+    rows = [Row(prompts[k % len(prompts)], max_new, (tok.eos_token_id,), Sampling(0.0), Drafting(lookup=lookup), tok,
+                emit=lambda event: event[0] == "done" and done.append(1)) for k in range(clients)]
+    widths = []
+    step = engine._step
+
+    def logged():  # the step's verified draft columns, and how many rows it verified
+        before = engine.stats.draft_tokens
+        b = len(engine.rows)
+        step()
+        widths.append((b, engine.stats.draft_tokens - before))
+
+    engine._step = logged
+    start = time.perf_counter()
+    for row in rows:
+        engine.submit(row)
+    while len(done) < clients:
+        time.sleep(0.01)
+    seconds = time.perf_counter() - start
+    engine._step = step
+    tokens = sum(len(row.out) for row in rows)
+    drafted = sum(row.stats.draft_tokens for row in rows)
+    accepted = sum(row.stats.accepted_tokens for row in rows)
+    return {"tokens": tokens, "seconds": seconds, "tok_per_s": tokens / seconds, "drafted": drafted,
+            "accepted": accepted, "steps": len(widths), "texts": [row.text.text for row in rows]}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default="smollm2")
+    p.add_argument("--workloads", nargs="+", default=["summarization", "rag", "code-edit"])
+    p.add_argument("--per-workload", type=int, default=2)
+    p.add_argument("--max-prompt", type=int, default=1024)
+    p.add_argument("--max-new", type=int, default=64)
+    p.add_argument("--clients", type=int, nargs="+", default=[1, 4, 16, 32, 64])
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--data", type=Path, default=DATA)
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    # the engine times numba's kernels, not their Python twins beside a background compiler (`lookahead.runtime.jit`)
+    subprocess.run([sys.executable, "-m", "lookahead.warm"], check=True)
+    model, tok, _ = models.load(args.model)
+    prompts = [np.asarray(tok(tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True),
+                              add_special_tokens=False)["input_ids"], dtype=np.int64)  # as the server tokenizes
+               for _, messages, _ in jobs(args.workloads, args.per_workload, args.max_prompt, tok, args.data)]
+    engine = Engine(model).start()
+    print(f"# {len(prompts)} prompts, {args.max_new} new tokens, {args.threads} threads, load "
+          f"{os.getloadavg()[0]:.2f}, {platform.processor() or platform.machine()}", flush=True)
+    try:
+        level(engine, prompts, 2, 8, "ngram", tok)  # warm-up
+        results = {}
+        for r in range(args.rounds):
+            for clients in args.clients:
+                for lookup in (("ngram", "none") if r % 2 == 0 else ("none", "ngram")):
+                    out = level(engine, prompts, clients, args.max_new, lookup, tok)
+                    results.setdefault((clients, lookup), []).append(out)
+                    print(f"round {r + 1} clients {clients:3d} {lookup:6s}: {out['tok_per_s']:6.2f} tok/s, "
+                          f"{out['tokens']} tokens in {out['seconds']:.1f} s, {out['steps']} steps, drafted "
+                          f"{out['drafted']}, accepted {out['accepted']}, load {os.getloadavg()[0]:.2f}", flush=True)
+        print("\n| clients | lookahead tok/s | `\"lookup\": \"none\"` tok/s | ratio (per round) | same text |")
+        print("| --- | --- | --- | --- | --- |")
+        for clients in args.clients:
+            on, off = results[clients, "ngram"], results[clients, "none"]
+            ratios = [a["tok_per_s"] / b["tok_per_s"] for a, b in zip(on, off)]
+            same = all(a["texts"] == b["texts"] for a, b in zip(on, off))
+            print(f"| {clients} | {statistics.median(x['tok_per_s'] for x in on):.1f} | "
+                  f"{statistics.median(x['tok_per_s'] for x in off):.1f} | {statistics.median(ratios):.2f}x "
+                  f"({', '.join(f'{x:.2f}' for x in ratios)}) | {same} |", flush=True)
+    finally:
+        engine.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -284,8 +284,8 @@ def test_step_times_follow_the_steps_timed():
 
 
 def test_drafting_that_loses_stops_but_for_a_probe():
-    """Where steps with drafts gave fewer tokens per second than plain steps, a batch size decodes plainly,
-    but for one step in `PROBE`, which may find drafting paying again."""
+    """Where steps with drafts gave fewer tokens per second than plain steps, a batch size decodes plainly, but for
+    one step in `PROBE`, which may find drafting paying again; where they pay, one step in `PROBE` is plain."""
     from lookahead.decode.policy import StepTimes
 
     times = StepTimes((0.0, 0.05), weight=1.0)
@@ -294,4 +294,5 @@ def test_drafting_that_loses_stops_but_for_a_probe():
     asked = [times.drafts(8) for _ in range(2 * times.PROBE)]
     assert sum(asked) == 2 and asked[times.PROBE - 1]
     times.record(8, 4, 0.24, 40)  # a probe that paid: 167 per second
-    assert times.drafts(8)
+    asked = [times.drafts(8) for _ in range(times.PROBE)]
+    assert sum(asked) == times.PROBE - 1

@@ -164,7 +164,8 @@ class StepTimes:
     steps, such as a forward of 17 tokens costing twice one of 16, are a batch of one's); until a wider step was
     timed, a column adds what the line says, relative to the timed plain step, and once one was, what it took.
     The steps' outcome decides last (`drafts`): where steps with drafts gave fewer tokens per second than plain ones,
-    the batch size decodes plainly (a draft's chances may be guessed too high, its cost too low).
+    the batch size decodes plainly (a draft's chances may be guessed too high, its cost too low). A step right after
+    rows joined or left is not timed (the cache's buffers are copied then).
 
     Args:
         cost: the batch-1 cost model (a `CostCurve`, whose closest line is taken, or a line, `as_cost`).
@@ -172,7 +173,7 @@ class StepTimes:
         timed: False: the costs are the model's alone and nothing is timed (a cost the user gave).
     """
 
-    PROBE = 8  # while drafting loses at a batch size, every PROBE-th step there may draft again (to see anew)
+    PROBE = 8  # every PROBE-th step of a batch size goes the other way (plain where drafts pay, and the reverse)
 
     def __init__(self, cost, weight: float = 0.2, timed: bool = True):
         cost = as_cost(cost)
@@ -181,21 +182,21 @@ class StepTimes:
         self.plain, self.column = {}, {}  # bucket -> seconds per row: of a plain step; per draft column
         self.wide = {}  # bucket -> tokens per second that steps with drafts gave (their average; a plain step's:
         # 1 / plain, whatever the batch size in the bucket)
-        self.asked = {}  # bucket -> steps that asked `drafts` while drafting lost there
+        self.asked = {}  # bucket -> steps that asked `drafts`
 
     def drafts(self, b: int) -> bool:
         """Whether a step of b rows may verify drafts: once its batch size's plain step was timed, and unless steps
-        with drafts there gave fewer tokens per second per row of cost than plain ones (then one step in `PROBE` may, to
-        see anew): whatever the rows' chances and the costs predict, drafting that loses stops."""
+        with drafts there gave fewer tokens per second per row of cost than plain ones: whatever the rows' chances
+        and the costs predict, drafting that loses stops. One step in `PROBE` goes the other way, so that both
+        averages stay fresh (a plain step timed once, early, may have been slow)."""
         key = _size(b)
         if not self.timed:
             return True
         if key not in self.plain:
             return False  # a plain step first: what drafting must beat
-        if key not in self.wide or self.wide[key] * self.plain[key] >= 1.0:
-            return True
+        pays = key not in self.wide or self.wide[key] * self.plain[key] >= 1.0
         self.asked[key] = self.asked.get(key, 0) + 1
-        return self.asked[key] % self.PROBE == 0
+        return pays != (self.asked[key] % self.PROBE == 0)
 
     def costs(self, b: int, most: int, least: int = 0) -> np.ndarray:
         """[most + 1]: what a step of b rows costs at each width w (at least `least`: columns it computes anyway)."""

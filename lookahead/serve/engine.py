@@ -96,6 +96,7 @@ class Engine:
         self.stats = GenerationStats()  # forwards, for the metrics
         self.freed = 0  # cancelled rows dropped from the batch (or never prefilled)
         self.peak = 0  # most rows a step has verified together
+        self.settled = False  # no row joined or left since the last step (a step after is not timed: StepTimes)
         self._stop = threading.Event()
         context = contextvars.copy_context()  # the loop runs in its creator's context (the kernels' tier: `_jit`)
         self._thread = threading.Thread(target=context.run, args=(self._run,), name="lookahead-engine", daemon=True)
@@ -193,6 +194,7 @@ class Engine:
             self.target = one
         else:
             self.target.join(one)
+        self.settled = False
         self.rows.append(row)
         self.last = np.append(self.last, token)
 
@@ -215,7 +217,9 @@ class Engine:
         start = time.perf_counter()
         logits = target.verify(self.last, batch, self.stats)  # [b, N+1, V]
         verdict = self._accept(rows, batch, logits)
-        self.times.record(b, batch.width, time.perf_counter() - start, b + int(verdict.counts.sum()))
+        if self.settled:
+            self.times.record(b, batch.width, time.perf_counter() - start, b + int(verdict.counts.sum()))
+        self.settled = True
         target.commit(batch, verdict)
         if self.metrics is not None:
             self.metrics.forwards.inc()
@@ -281,6 +285,7 @@ class Engine:
             return
         self.target.keep(keep)
         self.rows, self.last = [self.rows[i] for i in keep], self.last[keep]
+        self.settled = False
 
     def _release(self) -> None:
         """The batch is over: no rows, no target (whose hooks leave the model)."""

@@ -5,7 +5,6 @@ every change of the cache's slots."""
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
@@ -110,16 +109,6 @@ def test_served_rows_pick_their_keys_on_their_own():
     """Three requests joining one batch a step apart, each drafting from a prediction wrong at every fifth token,
     decode to model.generate's tokens: joined rows keep their indexer keys, padded like their other keys."""
     sys.path.insert(0, str(Path(__file__).parent))
-    from lookahead import models
-    from lookahead.serve.engine import Engine
-    from test_serve import _joined
+    from test_serve import served_family
 
-    model = _model("deepseek_v32")
-    tok = models.load(models.default_model_path())[1]
-    prompts = [F.prompt(30 + 5 * k, seed=k)[0].numpy() for k in range(3)]
-    want = [F.reference(model, torch.as_tensor(p)[None]).tolist() for p in prompts]
-    predictions = [np.array([t if (i + 1) % 5 else (t + 1) % F.VOCAB for i, t in enumerate(w)]) for w in want]
-    engine = Engine(model, draft_cost=0)
-    rows = _joined(engine, prompts, F.NEW, tok, predictions)
-    assert engine.error is None and [row.out for row in rows] == want
-    assert sum(row.stats.accepted_tokens for row in rows) >= F.NEW
+    served_family("deepseek_v32")

@@ -392,12 +392,10 @@ def _joined(engine, prompts: list, max_new: int, tok, predictions=None) -> list:
     return rows
 
 
-@pytest.mark.parametrize("name", ["qwen3_5_text", "lfm2", "mamba2", "minimax"])
-def test_recurrent_models_serve_each_joined_row_on_its_own_state(name):
-    """A hybrid (gated delta net beside attention, short convolutions beside attention) and a state-space model are
-    served: three requests that join one batch a step apart, each drafting from a prediction that is greedy's answer
-    with every fifth token changed (accepted up to the change, then rejected), decode to `model.generate`'s tokens,
-    each row's recurrent states following its own accepted path."""
+def served_family(name: str):
+    """Serve the family's tiny model three requests that join one batch a step apart, each drafting from a
+    prediction that is greedy's answer with every fifth token changed (accepted up to the change, then rejected);
+    assert each decodes to `model.generate`'s tokens with drafts accepted; the model."""
     sys.path.insert(0, str(Path(__file__).parent))
     import families as F
 
@@ -414,6 +412,16 @@ def test_recurrent_models_serve_each_joined_row_on_its_own_state(name):
     rows = _joined(engine, prompts, F.NEW, tok, predictions)
     assert engine.error is None and [row.out for row in rows] == want
     assert sum(row.stats.accepted_tokens for row in rows) >= F.NEW
+    return model
+
+
+@pytest.mark.parametrize("name", ["qwen3_5_text", "lfm2", "mamba2", "minimax"])
+def test_recurrent_models_serve_each_joined_row_on_its_own_state(name):
+    """A hybrid (gated delta net beside attention, short convolutions beside attention) and a state-space model are
+    served: three requests that join one batch a step apart, each drafting from a prediction that is greedy's answer
+    with every fifth token changed (accepted up to the change, then rejected), decode to `model.generate`'s tokens,
+    each row's recurrent states following its own accepted path."""
+    model = served_family(name)
     from lookahead.model.recurrent import recurrent_modules
 
     assert not any(module._forward_pre_hooks for module in recurrent_modules(model))  # no request left its hooks

@@ -156,7 +156,8 @@ def _layer_types(text) -> tuple:
 
 # Every decoder layer's kind, for the checks that refuse what lookahead cannot run exactly (`_validate.check_layers`):
 # besides the attention kinds above, "indexed_attention" (sparse attention over keys an indexer picks: DeepSeek-V3.2's
-# DSA; each query picks as it would alone: `indexer.decoding_order`), "recurrent" (a recurrent or convolution state: Mamba, linear attention, short convolutions; also transformers'
+# DSA; each query picks as it would alone: `indexer.decoding_order`), "recurrent" (a recurrent or convolution state:
+# Mamba, linear attention, short convolutions; also transformers'
 # "hybrid" layers that keep one beside an attention cache: a state a rejected draft has already changed), "none"
 # (MoE/MLP-only layers, layers that reuse another's cache), or another name transformers gives and lookahead does not
 # know (DeepSeek-V4's "heavily_compressed_attention", ...: refused, since its cache may not roll back).

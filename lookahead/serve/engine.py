@@ -5,8 +5,8 @@ drop cancelled rows, then one step for all rows:
 
     draft (each row's index and policy; in a batch, greedy rows draft at most the step's width, the one with the
     most tokens expected per unit of cost for the whole batch: `policy.batch_width`, and fill up to it: those columns
-    are computed anyway) -> verify (one forward over every row's [last token, draft]) -> accept (per row: greedy, or speculative sampling
-    with the row's temperature, top-p and generator) -> commit (the cache keeps each row's accepted path)
+    are computed anyway) -> verify (one forward over every row's [last token, draft]) -> accept (per row: greedy,
+    or speculative sampling with the row's temperature, top-p and generator) -> commit (the cache keeps each row's accepted path)
     -> advance (append, stream, stop) -> drop finished rows.
 
 Greedy rows gain exactly the tokens `model.generate(do_sample=False)` gives their prompt alone: each row's attention

@@ -5,10 +5,11 @@ import sys
 
 import pytest
 import torch
+from hypothesis import given, strategies as st
 
 import families as F
 import lookahead
-from lookahead.model import recurrent
+from lookahead.model import delta, recurrent
 from lookahead.model.cache import new_cache
 
 # one family per kind of recurrent module: gated delta net, Mamba2 stepped and continued, Mamba, short convolutions,
@@ -126,6 +127,61 @@ def test_what_a_state_cannot_follow_is_refused_by_name(kwargs, message):
     assert not calls
 
 
+@given(length=st.integers(1, 12), heads=st.sampled_from([(2, 2), (1, 3)]), rows=st.integers(1, 2),
+       seed=st.integers(0, 2 ** 16), steep=st.booleans())
+def test_one_chunk_is_the_gated_delta_rule_token_by_token(length, heads, rows, seed, steep):
+    """`delta.one_chunk` (a verification forward's scan as one chunk) gives the outputs and final state of
+    transformers' token-by-token gated delta rule (what decoding runs), grouped value heads and steep decays included;
+    its record gives the state after every prefix, as decoding only that prefix leaves it."""
+    rule = pytest.importorskip("transformers.models.qwen3_5.modeling_qwen3_5").torch_recurrent_gated_delta_rule
+    generator = torch.Generator().manual_seed(seed)
+    (k_heads, v_heads), d = heads, 8
+    q, k = (torch.randn(rows, length, k_heads, d, generator=generator) for _ in range(2))
+    v = torch.randn(rows, length, v_heads, d, generator=generator)
+    g = -torch.rand(rows, length, v_heads, generator=generator) * (12.0 if steep else 1.0)
+    beta, start = torch.rand(rows, length, v_heads, generator=generator), torch.randn(rows, v_heads, d, d)
+    out, final, record = delta.one_chunk(q, k, v, g, beta, start.clone())
+    want, want_final = rule(q, k, v, g=g, beta=beta, initial_state=start.clone(), output_final_state=True,
+                            use_qk_l2norm_in_kernel=True)
+    torch.testing.assert_close(out, want, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(final, want_final, atol=1e-5, rtol=1e-4)
+    for n in range(1, length + 1):
+        _, prefix = rule(q[:, :n], k[:, :n], v[:, :n], g=g[:, :n], beta=beta[:, :n], initial_state=start.clone(),
+                         output_final_state=True, use_qk_l2norm_in_kernel=True)
+        torch.testing.assert_close(delta.state_after(record, n), prefix, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(delta.state_after(record, n, torch.tensor([rows - 1])), prefix[rows - 1:],
+                                   atol=1e-5, rtol=1e-4)
+
+
+def test_gated_delta_nets_settle_without_running_again():
+    """After a verification forward of 7 tokens, rows keeping 3 and 7 of them get the states decoding those tokens
+    alone leaves (recurrent state and convolution window), and no recurrent module runs again to get them."""
+    model = _model("qwen3_5_text")
+    ids = F.prompt(60)[:, :47].repeat(2, 1)
+    with torch.no_grad():
+        cache, reference = new_cache(model), new_cache(model)
+        model(ids[:, :40], cache=cache, use_cache=True)
+        model(ids[:1, :40], cache=reference, use_cache=True)
+        states = recurrent.Checkpoints(model, cache)
+        with states.forward():
+            model(ids[:, 40:47], cache=cache, use_cache=True)
+        calls = []
+        hooks = [m.register_forward_pre_hook(lambda *a: calls.append(a)) for m in states.modules]
+        try:
+            states.settle(torch.tensor([3, 7]))
+        finally:
+            states.close()
+            for hook in hooks:
+                hook.remove()
+        assert not calls and states.records
+        for t in range(40, 43):
+            model(ids[:1, t:t + 1], cache=reference, use_cache=True)
+    for i in recurrent.recurrent_layers(cache):
+        for kind in ("conv_states", "recurrent_states"):
+            got, want = getattr(cache.layers[i], kind)[0], getattr(reference.layers[i], kind)[0]
+            torch.testing.assert_close(got[:1], want, atol=1e-5, rtol=1e-4)
+
+
 def test_the_model_is_left_as_it_was():
     """After a call (and after failing ones, before and after the target is built), no hook of lookahead's stays on
     the recurrent modules and the stepped ones have their own forward back."""
@@ -139,6 +195,12 @@ def test_the_model_is_left_as_it_was():
     for module in modules:
         assert not module._forward_pre_hooks
         assert "forward" not in vars(module)
+    gated = _model("qwen3_5_text")
+    scan = getattr(sys.modules[type(recurrent.recurrent_modules(gated)[0]).__module__], delta.SCAN)
+    cache = new_cache(gated)
+    lookahead.generate(gated, F.prompt(), max_new_tokens=8, cache=cache)
+    assert getattr(sys.modules[type(recurrent.recurrent_modules(gated)[0]).__module__], delta.SCAN) is scan
+    assert all("update_conv_state" not in vars(layer) for layer in cache.layers)
 
 
 def test_unfollowed_modules_are_refused_with_their_reason():

@@ -7,7 +7,9 @@ every recurrent state (they are small: a state per layer and row, not per token)
 recurrent module got; after the verdict, a row that rejected part of its step gets its checkpoint back and each
 recurrent module runs again, alone, over that row's kept tokens (its recorded input cut there): the state after
 exactly the accepted path, at the cost of the recurrent modules over the kept tokens, not of a forward. A row that
-accepted its whole step keeps the state the forward left.
+accepted its whole step keeps the state the forward left. Gated delta nets need no rerun: their scan runs as one
+chunk whose intermediates give the state after any prefix of its tokens (`delta`), and their convolution windows are
+cut from the inputs the forward saw.
 
 Where transformers' own forward of a module cannot continue a cached state over several tokens (its multi-token path
 restarts from zero: `STEPPED`), `stepping` makes it run a token at a time from the cached state, through the very
@@ -21,10 +23,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import sys
 import time
 import weakref
 
 import torch
+
+from . import delta
 
 try:
     from transformers.cache_utils import LinearAttentionCacheLayerMixin
@@ -36,13 +41,6 @@ except ImportError:  # older transformers: no recurrent cache layers
 # tests/test_recurrent.py::test_several_tokens_continue_a_cached_state); they step one token at a time.
 STEPPED = frozenset({"MambaMixer", "FalconMambaMixer", "Mamba2Mixer", "BambaMixer", "JambaMambaMixer",
                      "NemotronHMamba2Mixer", "Zamba2MambaMixer"})
-# Gated delta nets whose forward hands its keyword arguments to transformers' chunked scan
-# (`torch_chunk_gated_delta_rule`, chunk_size=64 by default): a verification forward of T tokens from a cached state
-# runs it with chunks of `CHUNK`, not padded to 64 (the scan loops over a chunk's positions, then over the chunks: on
-# this CPU, the hybrid of benchmarks/hybrid.py, 11 tokens took 99 ms with chunks of 64, 93 ms of 11, 87 ms of 4).
-CHUNK = 4
-CHUNKED_SCANS = frozenset({"Qwen3_5GatedDeltaNet", "Qwen3_5MoeGatedDeltaNet", "Qwen3NextGatedDeltaNet",
-                           "OlmoHybridGatedDeltaNet", "LaraMiniGatedDeltaNet"})
 # Module classes whose states lookahead does not follow yet, and why (tests/test_families.py shows the refusal).
 UNFOLLOWED = {
     "InklingShortConvolution": "its short convolutions inside attention, with masks of their own, give other tokens "
@@ -153,6 +151,12 @@ class Checkpoints:
         self.calls = []  # (module, hidden_states [b, T, H], other args, kwargs) of the forward
         self._recording, self._hooks = False, []
         self.modules = recurrent_modules(model)
+        # gated delta nets: their scan runs as one chunk (`delta.one_chunk`), whose record gives the state after any
+        # prefix of the forward's tokens; with the convolution inputs each layer saw, such a module settles without
+        # running again
+        self.scans = {sys.modules[type(m).__module__] for m in self.modules if delta.scans(type(m))}
+        self.records, self.convs = {}, {}  # module -> delta.Record; (layer, state index) -> conv inputs [b, C, L]
+        self._module = None  # the recurrent module running now
         # the linear layers inside the recurrent modules: their outputs in the forward, replayed when the modules run
         # again over a row's kept tokens (the same inputs, cut there), so that settling computes no projection
         self.linears = {linear: [] for m in self.modules for linear in m.modules()
@@ -174,11 +178,49 @@ class Checkpoints:
         if not self._recording:
             return None
         hidden = args[0] if args else kwargs["hidden_states"]
-        if type(module).__name__ in CHUNKED_SCANS:  # short chunks
-            kwargs = dict(kwargs, chunk_size=min(CHUNK, hidden.shape[1]))
         rest = {k: v for k, v in kwargs.items() if k != "hidden_states"}
         self.calls.append((module, hidden, args[1:], rest))
-        return args, kwargs
+        self._module = module
+        return None
+
+    def _scan(self, scan, query, key, value, g=None, beta=None, chunk_size=64, initial_state=None,
+              output_final_state=False, use_qk_l2norm_in_kernel=False, **kwargs):
+        """transformers' chunked gated delta rule (`scan`) as one chunk, recorded, over a verification forward's
+        tokens from a cached state; else `scan` itself."""
+        if (initial_state is None or key.shape[1] > delta.MAX_TOKENS or self._module is None
+                or kwargs.get("cu_seqlens") is not None):
+            return scan(query, key, value, g=g, beta=beta, chunk_size=chunk_size, initial_state=initial_state,
+                        output_final_state=output_final_state, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
+                        **kwargs)
+        out, final, self.records[self._module] = delta.one_chunk(query, key, value, g, beta, initial_state,
+                                                                 use_qk_l2norm_in_kernel)
+        return out, final if output_final_state else None
+
+    def _conv(self, layer: int, update, conv_states, state_idx: int = 0, **kwargs):
+        """A recurrent cache layer's `update_conv_state`, keeping the inputs it returns (the state before the forward,
+        then the forward's tokens)."""
+        full = update(conv_states, state_idx, **kwargs)
+        self.convs[(layer, state_idx)] = full
+        return full
+
+    @contextlib.contextmanager
+    def _scanning(self):
+        """Within: the gated delta nets' scans run as recorded single chunks, the recurrent cache layers keep their
+        convolution inputs."""
+        scans = [(module, getattr(module, delta.SCAN)) for module in self.scans]
+        layers = [self.cache.layers[i] for i in self.layers]
+        for module, scan in scans:
+            setattr(module, delta.SCAN, functools.partial(self._scan, scan))
+        for i, layer in zip(self.layers, layers):
+            layer.update_conv_state = functools.partial(self._conv, i, type(layer).update_conv_state.__get__(layer))
+        try:
+            yield
+        finally:
+            for module, scan in scans:
+                setattr(module, delta.SCAN, scan)
+            for layer in layers:
+                del layer.update_conv_state
+            self._module = None
 
     def _keep(self, linear, args, output):
         if self._recording:
@@ -238,39 +280,80 @@ class Checkpoints:
         self.saved = [(i, kind, j, state.clone()) for i, kind, j, state in self._states()]
         self.seconds += time.perf_counter() - start
         self.calls, self._recording = [], True
+        self.records, self.convs = {}, {}
         for outputs in self.linears.values():
             outputs.clear()
         try:
-            yield
+            with self._scanning():
+                yield
         finally:
             self._recording = False
 
     def settle(self, kept) -> None:
         """After the verdict: kept [b] tokens of the forward's T that each row keeps (its root and accepted drafts).
-        Rows that keep fewer than T get the states after their kept tokens: the checkpoint, then each recorded
-        module over its input cut to them (rows grouped by how many they keep)."""
+        Rows that keep fewer than T get the states after their kept tokens (rows grouped by how many they keep): a
+        gated delta net's from its record of the forward (`delta.state_after`, its convolution window cut from the
+        inputs it saw); any other recurrent module's by the checkpoint, then the module over its recorded input cut to
+        the kept tokens."""
         start = time.perf_counter()
         width = self.calls[0][1].shape[1] if self.calls else 0
         states, short = self._states(), sorted({int(n) for n in kept if int(n) < width})
-        # rows that keep every token keep these (copied only where other rows are rerun over them)
-        final = [state.clone() if short else state for *_, state in states]
+        where = {(i, kind, j): at for at, (i, kind, j, _) in enumerate(states)}
+        direct = self._direct(where, width) if short else {}
+        rerun = [call for call in self.calls if call[0] not in direct]
+        # the states to put back: those the forward left, copied where rows are rerun over them (a rerun writes the
+        # cache's own), else written in place
+        final = [state.clone() if short and rerun else state for *_, state in states]
         for n in short:
-            rows = torch.tensor([r for r, k in enumerate(kept) if int(k) == n], device=final[0].device)
-            self._put(self.saved, [saved.clone() for *_, saved in self.saved])
-            with torch.inference_mode(), self._replayed(width):
-                for module, hidden, args, kwargs in self.calls:
-                    kwargs = _cut(kwargs, width, 0, n)
-                    if "attention_mask" in kwargs:  # every kept token is a real one
-                        kwargs["attention_mask"] = None
-                    if "chunk_size" in kwargs:
-                        kwargs["chunk_size"] = min(CHUNK, n)
-                    module(hidden[:, :n].contiguous(), *args, **kwargs)
-            for out, (*_, state) in zip(final, self._states()):
-                out[rows] = state[rows]
+            rows = [r for r, k in enumerate(kept) if int(k) == n]
+            every = len(rows) == len(kept)
+            rows = torch.tensor(rows, device=final[0].device)
+            if rerun:
+                self._put(self.saved, [saved.clone() for *_, saved in self.saved])
+                with torch.inference_mode(), self._replayed(width):
+                    for module, hidden, args, kwargs in rerun:
+                        kwargs = _cut(kwargs, width, 0, n)
+                        if "attention_mask" in kwargs:  # every kept token is a real one
+                            kwargs["attention_mask"] = None
+                        module(hidden[:, :n].contiguous(), *args, **kwargs)
+                for out, (*_, state) in zip(final, self._states()):
+                    out[rows] = state[rows]
+            for out, value in self._followed(direct, where, final, n, None if every else rows, width):
+                if every:
+                    out.copy_(value)
+                else:
+                    out[rows] = value
         self._put(states, final)
         if final and final[0].device.type == "cuda":  # the time is the device's
             torch.cuda.synchronize(final[0].device)
         self.seconds += time.perf_counter() - start
+
+    def _followed(self, direct: dict, where: dict, final: list, n: int, rows, width: int):
+        """(state, its rows' value after n kept tokens) of each gated delta net in `direct`: the recurrent state from
+        its record, each convolution window cut from the inputs the forward saw (copied: with `record_past` those
+        inputs are the state itself)."""
+        for module, record in direct.items():
+            i = module.layer_idx
+            yield final[where[(i, "recurrent_states", 0)]], delta.state_after(record, n, rows)
+            for (layer, j), inputs in self.convs.items():
+                if layer == i:
+                    out = final[where[(i, "conv_states", j)]]
+                    end = inputs.shape[-1] - (width - n)
+                    window = inputs[..., end - out.shape[-1]:end]
+                    yield out, (window if rows is None else window[rows]).clone()
+
+    def _direct(self, where: dict, width: int) -> dict:
+        """{module: its delta.Record} of the gated delta nets whose every state follows from the forward's record:
+        the recurrent state from their scan over all `width` tokens, each convolution window from its inputs."""
+        direct, saved = {}, {(i, kind, j): state for i, kind, j, state in self.saved}
+        for module, record in self.records.items():
+            i = module.layer_idx
+            held = {(kind, j) for (layer, kind, j) in where if layer == i}
+            found = {("recurrent_states", 0)} | {("conv_states", j) for (layer, j) in self.convs if layer == i}
+            if record.key.shape[2] == width and held == found:
+                # the record's start is the cache's own tensor, which the forward then overwrote: the checkpoint's
+                direct[module] = record._replace(start=saved[(i, "recurrent_states", 0)])
+        return direct
 
 
 def _replay(outputs: list, forward, x: torch.Tensor) -> torch.Tensor:

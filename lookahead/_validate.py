@@ -65,16 +65,16 @@ def check_recurrent(facts: ModelFacts, draft: str, static: bool) -> None:
 
 
 def check_alibi(facts: ModelFacts, draft: str, static: bool, rows: int) -> None:
-    """Raise ValueError, before any forward, for what ALiBi biases (`facts.alibi`) cannot take: a tree (its nodes'
-    biases must follow their depths), the static cache (a 4D mask), and, where the biases follow the cache's slots
-    rather than the 2D mask (MPT), a batch of several rows (the slots a row rejected stay between its keys)."""
+    """Raise ValueError, before any forward, for what ALiBi biases (`facts.alibi`) cannot take: the static cache (a
+    4D mask), and, where the biases follow the cache's slots rather than the 2D mask (MPT), a tree (its nodes' biases
+    must follow their depths) or a batch of several rows (the slots a row rejected stay between its keys). Trees of
+    Bloom and Falcon run with each node biased by its depth (`model.alibi`)."""
     if not facts.alibi:
         return
     name = facts.name
-    if draft == "tree":
-        raise ValueError(f"draft='tree' needs biases that follow each tree node's depth; {name} uses ALiBi, whose "
-                         f"biases it builds from the 2D attention mask or the cache length, not from a tree's mask: "
-                         f"use draft='chain' (exact with ALiBi)")
+    if draft == "tree" and facts.alibi == "slots":
+        raise ValueError(f"draft='tree' needs biases that follow each tree node's depth; {name} builds its ALiBi "
+                         f"biases from the cache length, not from a tree's mask: use draft='chain' (exact with ALiBi)")
     if static:
         raise ValueError(f"cache_implementation='static' passes a 4D attention mask; {name} uses ALiBi, whose biases "
                          f"it builds from the 2D attention mask or the cache length: leave cache_implementation unset")

@@ -135,8 +135,8 @@ def generate(
         ValueError: empty input, ids outside the vocabulary, mismatched or right-padded mask, bad lookup settings,
             a max_new_tokens past the model's position limit, an argument lookahead cannot honour (beam search, an
             assistant model, ...), or a model whose layers it cannot decode exactly (recurrent layers it does not
-            follow, trees or the static cache over recurrent layers or ALiBi, compressed attention, weights on the
-            meta device), named in the message, before any forward.
+            follow, trees or the static cache over recurrent layers, the static cache or MPT's trees over ALiBi,
+            compressed attention, weights on the meta device), named in the message, before any forward.
 
     Example:
         >>> out = generate(model, tok("def f(x):", return_tensors="pt").input_ids, max_new_tokens=64)

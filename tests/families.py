@@ -189,7 +189,8 @@ REFUSALS = [
     ("recurrent", ("static",), r"cache_implementation='static' is not supported for .*: its recurrent layers"),
     ("unknown layer kind", None, r"has layers of a kind lookahead does not know"),
     ("own cache class", None, r"keeps its state in a cache of its own"),
-    ("ALiBi", ("suffix_tree", "recycle_tree"), r"draft='tree' needs biases that follow each tree node's depth"),
+    ("ALiBi from slots", ("suffix_tree", "recycle_tree"), r"draft='tree' needs biases that follow each tree node's "
+                                                          r"depth"),
     ("ALiBi", ("static",), r"cache_implementation='static' passes a 4D attention mask; .* uses ALiBi"),
     ("ALiBi from slots", ("batch",), r"builds its ALiBi biases from cache slots"),
     ("window its masks ignore", ("static",), r"names a window of \d+ tokens that its forward's attention masks do "

@@ -17,7 +17,7 @@ from ..verify import tree as T
 from ..verify.batch import to_device
 from ..verify.rules import argmax
 from ..runtime.jit import kernels
-from . import _kernels
+from . import _kernels, alibi
 from .cache import keep_slots, new_cache, rollback, select_rows
 from .facts import ModelFacts
 from .layers import LayerKinds, state_space
@@ -140,7 +140,9 @@ class CausalLM:
         tokens, positions, mask = self._chain_inputs(last, batch) if batch.chain else self._tree_inputs(last, batch)
         if self.kinds.windowed:
             mask = self._layer_masks(mask, positions)
-        with self.states.forward() if self.states is not None else contextlib.nullcontext():
+        biases = alibi.from_positions(self.model, self._key_positions(positions)) \
+            if self.facts.alibi == "mask" and not batch.chain else contextlib.nullcontext()  # ALiBi by each node's depth
+        with self.states.forward() if self.states is not None else contextlib.nullcontext(), biases:
             logits = self.model(input_ids=to_device(tokens, device), attention_mask=mask if self.attends else None,
                                 use_cache=True,
                                 position_ids=to_device(positions, device), **{self.facts.kv: self.cache}).logits
@@ -160,8 +162,12 @@ class CausalLM:
         else:
             allowed = mask[:, 0] == 0
         query_pos = to_device(positions, self._slots.device)
-        key_pos = torch.cat([self.mask.cumsum(-1) - 1, query_pos], dim=1)
-        return self.kinds.masks(allowed, key_pos, query_pos, self.facts.dtype)
+        return self.kinds.masks(allowed, self._key_positions(positions), query_pos, self.facts.dtype)
+
+    def _key_positions(self, positions: np.ndarray) -> torch.Tensor:
+        """[b, S + Q] the position of every key a step sees: a kept slot's is the count of kept slots before it (a
+        row's kept slots hold consecutive positions, whatever holes rejected drafts left), then the step's own."""
+        return torch.cat([self.mask.cumsum(-1) - 1, to_device(positions, self._slots.device)], dim=1)
 
     def verify_ids(self, last: np.ndarray, batch, stats) -> np.ndarray:
         """`verify`, then the argmax after the root and each draft node [b, N+1] as a host array (greedy without

@@ -1,0 +1,80 @@
+"""ALiBi families (Bloom; Falcon with alibi=True) verify trees exactly: each node is biased by its own depth, not its
+slot (`model/alibi.py`); drafts rejected part-way, in one row and in left-padded batches, give model.generate's
+tokens; MPT, whose biases follow cache slots, and the static cache are refused by name."""
+import sys
+
+import pytest
+import torch
+
+import families as F
+import lookahead
+from lookahead.model import alibi
+from test_recurrent import corrupted
+
+ALIBI = ["bloom", "falcon_alibi"]
+
+
+def _model(name):
+    if name not in [n for n, *_ in F.families()]:
+        pytest.skip(f"transformers has no {name}")
+    return F.tiny_model(name)
+
+
+@pytest.mark.parametrize("name", ALIBI)
+@pytest.mark.parametrize("lookup", ["suffix", "suffix+recycle"])
+def test_partly_accepted_trees_give_generate_tokens(name, lookup):
+    """Trees drafted from a document that agrees with greedy's output except at every fifth token: their nodes are
+    accepted up to the change, siblings and later depths rejected; the tokens are model.generate's."""
+    model = _model(name)
+    ids = F.prompt()
+    want = F.reference(model, ids)
+    out, stats = lookahead.generate(model, ids, lookup=lookup, draft="tree", documents=[corrupted(want)],
+                                    draft_cost=0, max_new_tokens=F.NEW, min_new_tokens=F.NEW, return_stats=True)
+    assert out[0, ids.shape[1]:].tolist() == want.tolist()
+    assert stats.accepted_tokens >= F.NEW // 2 and stats.draft_tokens - stats.accepted_tokens >= 4
+
+
+@pytest.mark.parametrize("name", ALIBI)
+def test_a_padded_batch_of_trees_biases_each_row_by_its_own_positions(name):
+    """Two left-padded rows of different lengths drafting trees from their own corrupted documents: each row equals
+    model.generate on its own prompt (its padding counts toward no key's position)."""
+    model = _model(name)
+    ids, mask = F.padded_batch()
+    rows = [ids[0:1], ids[1:2, 10:]]
+    wants = [F.reference(model, row) for row in rows]
+    documents = [[corrupted(wants[0], 4)], [corrupted(wants[1], 7)]]
+    out = lookahead.generate(model, ids, attention_mask=mask, lookup="suffix", draft="tree", documents=documents,
+                             draft_cost=0, max_new_tokens=F.NEW, min_new_tokens=F.NEW)
+    for row, want in zip(out, wants):
+        assert row[ids.shape[1]:].tolist() == want.tolist()
+
+
+def test_biases_are_the_builders_own_values_at_each_position():
+    """Within `from_positions`, the builder returns, for each key, what the model's builder gives that position from
+    a 2D mask, and the builder is restored after."""
+    model = _model("bloom")
+    module, name = alibi._builder(model)
+    build = getattr(module, name)
+    positions = torch.tensor([[0, 1, 2, 3, 3, 4], [0, 0, 0, 1, 2, 2]])
+    heads = model.config.n_head
+    with alibi.from_positions(model, positions):
+        got = getattr(module, name)(torch.ones((4, 1, 2, 6)), heads, torch.float32).reshape(2, heads, 6)
+    assert getattr(module, name) is build
+    line = build(torch.ones((1, 5), dtype=torch.long), heads, torch.float32).reshape(heads, 5)
+    for r in range(2):
+        for k in range(6):
+            torch.testing.assert_close(got[r, :, k], line[:, positions[r, k]], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name, kwargs, message", [
+    ("mpt", {"lookup": "suffix", "draft": "tree"}, r"builds its ALiBi biases from the cache length"),
+    ("bloom", {"cache_implementation": "static"}, r"cache_implementation='static' passes a 4D attention mask"),
+])
+def test_what_alibi_cannot_take_is_refused_by_name(name, kwargs, message):
+    model = _model(name)
+    with pytest.raises(ValueError, match=message):
+        lookahead.generate(model, F.prompt(), max_new_tokens=8, **kwargs)
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-q"]))

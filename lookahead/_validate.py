@@ -64,21 +64,28 @@ def check_recurrent(facts: ModelFacts, draft: str, static: bool) -> None:
                          f"cache_implementation unset")
 
 
-def check_alibi(facts: ModelFacts, draft: str, static: bool, rows: int) -> None:
-    """Raise ValueError, before any forward, for what ALiBi biases (`facts.alibi`) cannot take: the static cache (a
-    4D mask), and, where the biases follow the cache's slots rather than the 2D mask (MPT), a tree (its nodes' biases
-    must follow their depths) or a batch of several rows (the slots a row rejected stay between its keys). Trees of
-    Bloom and Falcon run with each node biased by its depth (`model.alibi`)."""
+def check_alibi(facts: ModelFacts, draft: str, config, rows: int) -> None:
+    """Raise ValueError, before any forward, for what ALiBi biases (`facts.alibi`) cannot take: where the biases
+    follow the cache's slots rather than the 2D mask (MPT), a tree (its nodes' biases must follow their depths), the
+    static cache or a batch of several rows (the slots a row rejected stay between its keys); Bloom's and Falcon's
+    compiled static step (the biases are set around an eager one). Their trees and eager static steps run with each
+    key biased by its own position (`model.alibi`). `config`: the call's generation config."""
     if not facts.alibi:
         return
-    name = facts.name
-    if draft == "tree" and facts.alibi == "slots":
+    name, slots = facts.name, facts.alibi == "slots"
+    static = getattr(config, "cache_implementation", None) == "static"
+    if draft == "tree" and slots:
         raise ValueError(f"draft='tree' needs biases that follow each tree node's depth; {name} builds its ALiBi "
                          f"biases from the cache length, not from a tree's mask: use draft='chain' (exact with ALiBi)")
-    if static:
-        raise ValueError(f"cache_implementation='static' passes a 4D attention mask; {name} uses ALiBi, whose biases "
-                         f"it builds from the 2D attention mask or the cache length: leave cache_implementation unset")
-    if facts.alibi == "slots" and rows > 1:
+    if static and slots:
+        raise ValueError(f"cache_implementation='static' passes a 4D attention mask; {name} builds its ALiBi biases "
+                         f"from the cache length: leave cache_implementation unset")
+    compiled = getattr(config, "compile_config", None) is not None or facts.device.type == "cuda"
+    if static and compiled and not getattr(config, "disable_compile", False):
+        raise ValueError(f"cache_implementation='static' would compile the step of {name}, whose ALiBi biases "
+                         f"lookahead sets around an eager step: pass disable_compile=True (the static cache, "
+                         f"uncompiled) or leave cache_implementation unset")
+    if slots and rows > 1:
         raise ValueError(f"{name} builds its ALiBi biases from cache slots, not from the attention mask, so in a "
                          f"batch of {rows} rows the padding and the slots a row rejected would count as distance: "
                          f"pass one row at a time (input_ids of batch 1)")

@@ -135,7 +135,7 @@ def generate(
         ValueError: empty input, ids outside the vocabulary, mismatched or right-padded mask, bad lookup settings,
             a max_new_tokens past the model's position limit, an argument lookahead cannot honour (beam search, an
             assistant model, ...), or a model whose layers it cannot decode exactly (recurrent layers it does not
-            follow, trees or the static cache over recurrent layers, the static cache or MPT's trees over ALiBi,
+            follow, trees or the static cache over recurrent layers or MPT's ALiBi, a compiled static step over ALiBi,
             compressed attention, weights on the meta device), named in the message, before any forward.
 
     Example:
@@ -194,8 +194,7 @@ def _decode(model, input_ids, logits_processor, stopping_criteria, generation_co
     if not facts.encoder_decoder:  # its attention_mask is the encoder's, which may pad on either side
         V.check_left_padded(model_kwargs.get("attention_mask"))
     V.check_recurrent(facts, settings.draft, getattr(generation_config, "cache_implementation", None) == "static")
-    V.check_alibi(facts, settings.draft, getattr(generation_config, "cache_implementation", None) == "static",
-                  input_ids.shape[0])
+    V.check_alibi(facts, settings.draft, generation_config, input_ids.shape[0])
     check_slot_windows(LayerKinds.of(model.config), facts.name, settings.draft, input_ids.shape[0],
                        getattr(generation_config, "cache_implementation", None) == "static")
     eos = settings.eos if settings.eos is not None else token_ids(generation_config.eos_token_id)

@@ -191,7 +191,8 @@ REFUSALS = [
     ("own cache class", None, r"keeps its state in a cache of its own"),
     ("ALiBi from slots", ("suffix_tree", "recycle_tree"), r"draft='tree' needs biases that follow each tree node's "
                                                           r"depth"),
-    ("ALiBi", ("static",), r"cache_implementation='static' passes a 4D attention mask; .* uses ALiBi"),
+    ("ALiBi from slots", ("static",), r"cache_implementation='static' passes a 4D attention mask; .* builds its "
+                                      r"ALiBi biases from the cache length"),
     ("ALiBi from slots", ("batch",), r"builds its ALiBi biases from cache slots"),
     ("window its masks ignore", ("static",), r"names a window of \d+ tokens that its forward's attention masks do "
                                              r"not apply"),

@@ -1,10 +1,12 @@
-"""ALiBi families (Bloom; Falcon with alibi=True) verify trees exactly: each node is biased by its own depth, not its
-slot (`model/alibi.py`); drafts rejected part-way, in one row and in left-padded batches, give model.generate's
-tokens; MPT, whose biases follow cache slots, and the static cache are refused by name."""
+"""ALiBi families (Bloom; Falcon with alibi=True) verify trees exactly, in the dynamic and the static cache: each key
+is biased by its own position, not its slot (`model/alibi.py`); drafts rejected part-way, in one row and in
+left-padded batches, give model.generate's tokens; MPT, whose biases follow cache slots, and a compiled static step
+are refused by name."""
 import sys
 
 import pytest
 import torch
+from transformers import CompileConfig
 
 import families as F
 import lookahead
@@ -21,21 +23,24 @@ def _model(name):
 
 
 @pytest.mark.parametrize("name", ALIBI)
-@pytest.mark.parametrize("lookup", ["suffix", "suffix+recycle"])
-def test_partly_accepted_trees_give_generate_tokens(name, lookup):
+@pytest.mark.parametrize("lookup, cache", [("suffix", None), ("suffix+recycle", None), ("suffix", "static")])
+def test_partly_accepted_trees_give_generate_tokens(name, lookup, cache):
     """Trees drafted from a document that agrees with greedy's output except at every fifth token: their nodes are
-    accepted up to the change, siblings and later depths rejected; the tokens are model.generate's."""
+    accepted up to the change, siblings and later depths rejected; the tokens are model.generate's (the static
+    cache's slots too: its keys biased by the positions they hold)."""
     model = _model(name)
     ids = F.prompt()
     want = F.reference(model, ids)
     out, stats = lookahead.generate(model, ids, lookup=lookup, draft="tree", documents=[corrupted(want)],
-                                    draft_cost=0, max_new_tokens=F.NEW, min_new_tokens=F.NEW, return_stats=True)
+                                    cache_implementation=cache, draft_cost=0, max_new_tokens=F.NEW,
+                                    min_new_tokens=F.NEW, return_stats=True)
     assert out[0, ids.shape[1]:].tolist() == want.tolist()
     assert stats.accepted_tokens >= F.NEW // 2 and stats.draft_tokens - stats.accepted_tokens >= 4
 
 
 @pytest.mark.parametrize("name", ALIBI)
-def test_a_padded_batch_of_trees_biases_each_row_by_its_own_positions(name):
+@pytest.mark.parametrize("cache", [None, "static"])
+def test_a_padded_batch_of_trees_biases_each_row_by_its_own_positions(name, cache):
     """Two left-padded rows of different lengths drafting trees from their own corrupted documents: each row equals
     model.generate on its own prompt (its padding counts toward no key's position)."""
     model = _model(name)
@@ -44,7 +49,7 @@ def test_a_padded_batch_of_trees_biases_each_row_by_its_own_positions(name):
     wants = [F.reference(model, row) for row in rows]
     documents = [[corrupted(wants[0], 4)], [corrupted(wants[1], 7)]]
     out = lookahead.generate(model, ids, attention_mask=mask, lookup="suffix", draft="tree", documents=documents,
-                             draft_cost=0, max_new_tokens=F.NEW, min_new_tokens=F.NEW)
+                             cache_implementation=cache, draft_cost=0, max_new_tokens=F.NEW, min_new_tokens=F.NEW)
     for row, want in zip(out, wants):
         assert row[ids.shape[1]:].tolist() == want.tolist()
 
@@ -68,7 +73,9 @@ def test_biases_are_the_builders_own_values_at_each_position():
 
 @pytest.mark.parametrize("name, kwargs, message", [
     ("mpt", {"lookup": "suffix", "draft": "tree"}, r"builds its ALiBi biases from the cache length"),
-    ("bloom", {"cache_implementation": "static"}, r"cache_implementation='static' passes a 4D attention mask"),
+    ("mpt", {"cache_implementation": "static"}, r"builds its ALiBi biases from the cache length"),
+    ("bloom", {"cache_implementation": "static", "compile_config": CompileConfig()},
+     r"would compile the step of .*: pass disable_compile=True"),
 ])
 def test_what_alibi_cannot_take_is_refused_by_name(name, kwargs, message):
     model = _model(name)

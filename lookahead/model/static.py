@@ -20,6 +20,7 @@ not, is `static_mode`'s decision.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import threading
@@ -30,7 +31,7 @@ import torch
 
 from ..verify.rules import argmax, argmax_rows
 from ..runtime.jit import kernels
-from . import _kernels
+from . import _kernels, alibi
 from .facts import ModelFacts
 from .layers import SLIDING, LayerKinds, additive, check_windows_in_masks
 from .slot_cache import SlotCache, check_static
@@ -62,6 +63,7 @@ class _State:
         self.cache = SlotCache(model.config, batch, slots, facts.dtype, device, rings)
         self.kv, self.dtype = facts.kv, facts.dtype  # the keyword the model's forward takes the cache by
         self.kinds = kinds  # windowed layers get masks of their own, by position
+        self.alibi = facts.alibi == "mask"  # ALiBi biases from each key's position (`model.alibi`)
         self.prompt_valid = torch.zeros((batch, slots), dtype=torch.bool, device=device)
         self.start = torch.zeros((), dtype=torch.long, device=device)  # first slot after the prompts
         self.inputs, self.outputs, self.graphs = {}, {}, {}  # outputs: width -> (logits, argmax) of its graph
@@ -129,17 +131,20 @@ def _step(model, state: _State, inputs: torch.Tensor) -> tuple:
     sees = anc.gather(2, offset.clamp(0, width - 1).expand(-1, width, -1))  # [b, Q, S]
     allowed = committed[:, None, :] & ~in_step | in_step & sees
     state.cache.writes = write[:, None] + torch.arange(width, device=inputs.device)[None, :]
-    if state.kinds.windowed:  # a row's slots hold consecutive positions (its prompt left-padded, then what it
-        # committed), the step's columns their nodes' own
+    key_pos = None
+    if state.kinds.windowed or state.alibi:  # a row's slots hold consecutive positions (its prompt left-padded,
+        # then what it committed), the step's columns their nodes' own
         key_pos = torch.where(in_step[:, 0], positions.gather(1, offset[:, 0].clamp(0, width - 1)),
                               s[None, :] - (write - positions[:, 0])[:, None])
+    if state.kinds.windowed:
         views = {SLIDING: _ring_view(allowed, key_pos, write + width, state.ring)} if state.ring else None
         mask = state.kinds.masks(allowed, key_pos, positions, state.dtype, views)
     else:
         mask = additive(allowed, state.dtype)
-    logits = model(input_ids=tokens, attention_mask=mask, position_ids=positions,
-                   **{state.kv: state.cache}, use_cache=True,
-                   cache_position=torch.arange(width, device=inputs.device)).logits
+    with alibi.from_positions(model, key_pos) if state.alibi else contextlib.nullcontext():
+        logits = model(input_ids=tokens, attention_mask=mask, position_ids=positions,
+                       **{state.kv: state.cache}, use_cache=True,
+                       cache_position=torch.arange(width, device=inputs.device)).logits
     return logits, logits.argmax(-1) if state.argmax else None
 
 
@@ -208,19 +213,21 @@ class StaticCausalLM:
         allowed |= s[None, None, :] == q  # a padding query sees itself, so that no row is all -inf
         state.cache.writes = q.T.expand(len(valid), -1)
         positions = prompt_positions(self.mask)
-        if state.kinds.windowed:  # slot s of a row holds position s - pad; a padding slot the position its query
-            # has (1), so that it sees itself through any window
-            pad = p - self.mask.sum(-1, keepdim=True)
-            key_pos = torch.where(s[None, :] >= pad, s[None, :] - pad, 1)
+        # slot s of a row holds position s - pad; a padding slot the position its query has (1), so that it sees
+        # itself through any window
+        pad = p - self.mask.sum(-1, keepdim=True)
+        key_pos = torch.where(s[None, :] >= pad, s[None, :] - pad, 1)
+        if state.kinds.windowed:
             views = {SLIDING: (allowed[:, :, :p], key_pos[:, :p])} if state.ring else None  # the prompt's own keys
             mask = state.kinds.masks(allowed, key_pos, positions, self.facts.dtype, views)
         else:
             mask = additive(allowed, self.facts.dtype)
         state.cache.prefilling = True
         try:
-            logits = self.model(input_ids=self.input_ids, attention_mask=mask,
-                                position_ids=positions, **{state.kv: state.cache}, use_cache=True,
-                                cache_position=torch.arange(p, device=dev), **self.facts.last_logits_only()).logits
+            with alibi.from_positions(self.model, key_pos) if state.alibi else contextlib.nullcontext():
+                logits = self.model(input_ids=self.input_ids, attention_mask=mask,
+                                    position_ids=positions, **{state.kv: state.cache}, use_cache=True,
+                                    cache_position=torch.arange(p, device=dev), **self.facts.last_logits_only()).logits
         finally:
             state.cache.prefilling = False
         stats.add_forward(len(self.active))

@@ -141,7 +141,7 @@ class CausalLM:
         if self.kinds.windowed:
             mask = self._layer_masks(mask, positions)
         biases = alibi.from_positions(self.model, self._key_positions(positions)) \
-            if self.facts.alibi == "mask" and not batch.chain else contextlib.nullcontext()  # ALiBi by each node's depth
+            if self.facts.alibi == "mask" and not batch.chain else contextlib.nullcontext()  # ALiBi by node depth
         with self.states.forward() if self.states is not None else contextlib.nullcontext(), biases:
             logits = self.model(input_ids=to_device(tokens, device), attention_mask=mask if self.attends else None,
                                 use_cache=True,

@@ -121,13 +121,17 @@ def test_draft_length_kernels_match_the_numpy_rule(steps, cost, batch):
 @given(tree=best_first_trees(), seen=st.lists(st.integers(0, 20), min_size=12, max_size=12),
        cost=st.sampled_from([0.05, (0.8, 0.08), (0.0, 0.3)]))
 def test_tree_size_kernel_matches_the_calibrated_rule(tree, seen, cost):
-    """The tree's first n nodes maximizing calibrated expected tokens per cost."""
+    """The tree's first n nodes maximizing calibrated expected tokens per cost: the rule's n, or where sizes tie
+    exactly in real arithmetic (calibrated 0.3 per node at 0.3 per node of cost), one whose value equals the best to
+    rounding (the kernel sums the gains in another order)."""
     parents, probs = tree
     cal = TreeCalibration()
     cal.seen[:] = seen
     cal.accepted[:] = np.array(seen) // 2
     costs = np.asarray(step_cost(as_cost(cost), np.arange(len(probs) + 1)), dtype=float)
-    assert K.tree_size(probs, cal.EDGES, cal.accepted, cal.seen, cal.prior, costs) == best_size(cal(probs), cost)
+    got, want = K.tree_size(probs, cal.EDGES, cal.accepted, cal.seen, cal.prior, costs), best_size(cal(probs), cost)
+    values = (1.0 + np.concatenate([[0.0], np.cumsum(cal(probs))])) / costs
+    assert got == want or abs(values[got] - values[want]) <= 1e-12 * values[want]
 
 
 @settings(max_examples=150, deadline=None)

@@ -11,6 +11,7 @@ from transformers import CompileConfig
 import families as F
 import lookahead
 from lookahead.model import alibi
+from lookahead.model.facts import alibi_builder
 from test_recurrent import corrupted
 
 ALIBI = ["bloom", "falcon_alibi"]
@@ -58,7 +59,7 @@ def test_biases_are_the_builders_own_values_at_each_position():
     """Within `from_positions`, the builder returns, for each key, what the model's builder gives that position from
     a 2D mask, and the builder is restored after."""
     model = _model("bloom")
-    module, name = alibi._builder(model)
+    module, name = alibi_builder(model)
     build = getattr(module, name)
     positions = torch.tensor([[0, 1, 2, 3, 3, 4], [0, 0, 0, 1, 2, 2]])
     heads = model.config.n_head

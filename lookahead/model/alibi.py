@@ -10,17 +10,10 @@ will be once decoded alone.
 from __future__ import annotations
 
 import contextlib
-import sys
 
 import torch
 
-
-def _builder(model) -> tuple:
-    """(the modeling module, the name of its `build_*alibi_tensor`)."""
-    module = sys.modules[type(model).__module__]
-    name = next(name for name, f in vars(module).items()
-                if name.startswith("build_") and name.endswith("alibi_tensor") and callable(f))
-    return module, name
+from .facts import alibi_builder
 
 
 @contextlib.contextmanager
@@ -28,7 +21,7 @@ def from_positions(model, positions: torch.Tensor):
     """Within: `model`'s ALiBi builder returns the biases of keys at `positions` [b, K] (the cache's slots, then the
     step's tokens; a padding slot's any), whatever mask it is handed. For models whose biases come from the 2D mask
     (`facts.alibi == "mask"`)."""
-    module, name = _builder(model)
+    module, name = alibi_builder(model)
     build = getattr(module, name)
 
     def biases(attention_mask, num_heads: int, dtype: torch.dtype) -> torch.Tensor:

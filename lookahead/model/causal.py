@@ -140,7 +140,7 @@ class CausalLM:
         tokens, positions, mask = self._chain_inputs(last, batch) if batch.chain else self._tree_inputs(last, batch)
         if self.kinds.windowed:
             mask = self._layer_masks(mask, positions)
-        biases = alibi.from_positions(self.model, self._key_positions(positions)) \
+        biases = alibi.from_positions(self.model, self._key_positions(to_device(positions, self._slots.device))) \
             if self.facts.alibi == "mask" and not batch.chain else contextlib.nullcontext()  # ALiBi by node depth
         with self.states.forward() if self.states is not None else contextlib.nullcontext(), biases:
             logits = self.model(input_ids=to_device(tokens, device), attention_mask=mask if self.attends else None,
@@ -162,12 +162,13 @@ class CausalLM:
         else:
             allowed = mask[:, 0] == 0
         query_pos = to_device(positions, self._slots.device)
-        return self.kinds.masks(allowed, self._key_positions(positions), query_pos, self.facts.dtype)
+        return self.kinds.masks(allowed, self._key_positions(query_pos), query_pos, self.facts.dtype)
 
-    def _key_positions(self, positions: np.ndarray) -> torch.Tensor:
+    def _key_positions(self, query_pos: torch.Tensor) -> torch.Tensor:
         """[b, S + Q] the position of every key a step sees: a kept slot's is the count of kept slots before it (a
-        row's kept slots hold consecutive positions, whatever holes rejected drafts left), then the step's own."""
-        return torch.cat([self.mask.cumsum(-1) - 1, to_device(positions, self._slots.device)], dim=1)
+        row's kept slots hold consecutive positions, whatever holes rejected drafts left), then the step's own
+        (`query_pos` [b, Q], on the slot mask's device)."""
+        return torch.cat([self.mask.cumsum(-1) - 1, query_pos], dim=1)
 
     def verify_ids(self, last: np.ndarray, batch, stats) -> np.ndarray:
         """`verify`, then the argmax after the root and each draft node [b, N+1] as a host array (greedy without

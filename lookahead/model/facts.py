@@ -96,18 +96,26 @@ def forward_parameters(model) -> frozenset:
         return frozenset(inspect.signature(forward).parameters)
 
 
+def alibi_builder(model) -> tuple | None:
+    """(the model's modeling module, the name of its `build_*alibi_tensor`: Bloom's and Falcon's
+    `build_alibi_tensor`, MPT's `build_mpt_alibi_tensor`), or None."""
+    import sys
+
+    module = sys.modules.get(type(model).__module__)
+    name = next((name for name, f in vars(module or object).items()
+                 if name.startswith("build_") and name.endswith("alibi_tensor") and callable(f)), None)
+    return None if name is None else (module, name)
+
+
 def uses_alibi(model) -> str | None:
     """How the model biases attention by distance (ALiBi: Bloom; Falcon with `alibi=True`; MPT with
     `attn_config.alibi`), where its modeling module builds the biases (`build_*alibi_tensor`) and the config does not
     turn them off: "mask" when they are built from the 2D attention mask (each key's position among the slots a row
     sees), "slots" when from the cache length (MPT); None without ALiBi."""
-    import sys
-
-    module = vars(sys.modules.get(type(model).__module__) or object)
-    build = next((f for name, f in module.items() if name.startswith("build_") and name.endswith("alibi_tensor")
-                  and callable(f)), None)  # build_alibi_tensor (Bloom, Falcon), build_mpt_alibi_tensor (MPT)
-    if build is None:
+    found = alibi_builder(model)
+    if found is None:
         return None
+    build = getattr(*found)
     config = model.config
     for holder in (config, getattr(config, "attn_config", None)):
         flag = holder.get("alibi") if isinstance(holder, dict) else getattr(holder, "alibi", None)

@@ -31,22 +31,32 @@ def check_model(model) -> None:
 
 def check_layers(facts: ModelFacts) -> None:
     """Raise ValueError, before any forward, where the model's layers (`facts.layers`) cannot be decoded exactly with
-    drafts: recurrent or convolution layers lookahead does not follow, layer kinds it does not know (compressed
-    attention), a cache class of the model's own."""
+    drafts (`layers_refusal`)."""
+    reason = layers_refusal(facts)
+    if reason is not None:
+        raise ValueError(f"{reason}; use model.generate")
+
+
+def layers_refusal(facts: ModelFacts) -> str | None:
+    """Why the model's layers (`facts.layers`) cannot be decoded exactly with drafts, or None: recurrent or
+    convolution layers lookahead does not follow, layer kinds it does not know (compressed attention), a cache class
+    of the model's own. `lookahead.generate` then runs model.generate's own decoding, and says so
+    (`decode.fallback`)."""
     name, kept = facts.name, [layer for layer in facts.layers if layer.kind != NONE]
     state = [layer for layer in kept if layer.kind == RECURRENT]
     if state and facts.own_cache is None and facts.recurrent:
         what = f"is a state-space model: every layer keeps a recurrent state ({_names(state)})" \
             if state_space(kept) else f"has recurrent layers ({len(state)} of {len(kept)}: {_names(state)})"
-        raise ValueError(f"{name} {what} that lookahead cannot take back to the accepted tokens "
-                         f"after a rejected draft ({facts.recurrent}); use model.generate")
+        return (f"{name} {what} that lookahead cannot take back to the accepted tokens after a rejected draft "
+                f"({facts.recurrent})")
     unknown = [layer for layer in kept if layer.kind not in KNOWN]
     if unknown:
-        raise ValueError(f"{name} has layers of a kind lookahead does not know ({_names(unknown)}): their cache "
-                         f"may not roll back rejected drafts exactly; use model.generate")
+        return (f"{name} has layers of a kind lookahead does not know ({_names(unknown)}): their cache may not roll "
+                f"back rejected drafts exactly")
     if facts.own_cache is not None and facts.own_cache not in FOLLOWED_CACHES:
-        raise ValueError(f"{name} keeps its state in a cache of its own ({facts.own_cache}), not in the KV cache "
-                         f"lookahead rolls back after rejected drafts; use model.generate")
+        return (f"{name} keeps its state in a cache of its own ({facts.own_cache}), not in the KV cache lookahead "
+                f"rolls back after rejected drafts")
+    return None
 
 
 def check_recurrent(facts: ModelFacts, draft: str, static: bool) -> None:

@@ -21,6 +21,7 @@ import torch
 from . import _validate as V
 from .runtime.jit import kind_of, tier
 from .decode.calibrate import budget, draft_cost
+from .decode.fallback import plain_generate
 from .decode.loop import Rows, assemble, make_run, run_loop, token_ids
 from .decode.policy import CostCurve
 from .decode.processing import max_new_tokens as _max_new
@@ -134,9 +135,14 @@ def generate(
         TypeError: model is not a Hugging Face LM with a KV cache, or ids are not integers.
         ValueError: empty input, ids outside the vocabulary, mismatched or right-padded mask, bad lookup settings,
             a max_new_tokens past the model's position limit, an argument lookahead cannot honour (beam search, an
-            assistant model, ...), or a model whose layers it cannot decode exactly (recurrent layers it does not
-            follow, trees or the static cache over recurrent layers or MPT's ALiBi, a compiled static step over ALiBi,
-            compressed attention, weights on the meta device), named in the message, before any forward.
+            assistant model, ...), or an option the model's layers cannot take exactly (trees or the static cache
+            over recurrent layers or MPT's ALiBi, a compiled static step over ALiBi, weights on the meta device),
+            named in the message, before any forward.
+
+    Warns:
+        FallbackWarning: lookahead cannot draft over the model's layers yet (recurrent layers it does not follow,
+            compressed attention, a cache class of the model's own): the call ran model.generate's own decoding
+            (the same tokens, no speedup) and `stats.fallback` says why (`lookahead.decode.fallback`).
 
     Example:
         >>> out = generate(model, tok("def f(x):", return_tensors="pt").input_ids, max_new_tokens=64)
@@ -154,9 +160,12 @@ def generate(
         V.check_int("pad_token_id", pad_token_id, 0, facts.vocab - 1)
     refuse_assistant(generate_kwargs.get("assistant_model"))
     input_ids, attention_mask = V.check_inputs(facts, input_ids, attention_mask)
-    V.check_layers(facts)  # before model.generate, which builds the model's cache
     kwargs = hf_kwargs(dict(generate_kwargs), max_new_tokens, eos_token_id, pad_token_id, logits_processor)
     kwargs["stopping_criteria"] = with_stop_strings(stopping_criteria, kwargs, tokenizer)
+    reason = V.layers_refusal(facts)  # before model.generate, which builds the model's cache
+    if reason is not None:  # layers lookahead cannot draft over yet: model.generate's own decoding, said
+        out = plain_generate(model, input_ids, attention_mask, kwargs, settings, reason)
+        return (out, settings.stats) if return_stats else out
     out = model.generate(input_ids, attention_mask=attention_mask, custom_generate=decode, lookahead=settings, **kwargs)
     return (out, settings.stats) if return_stats else out
 

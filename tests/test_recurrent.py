@@ -1,6 +1,7 @@
 """Recurrent layers (gated delta nets, Mamba, short convolutions) follow the accepted path: drafts that are partly
 accepted, in one row and in left-padded batches, give model.generate's tokens; sampling keeps the target's law;
 trees and the static cache are refused by name; the hooks leave the model as it was."""
+import re
 import sys
 
 import pytest
@@ -203,12 +204,33 @@ def test_the_model_is_left_as_it_was():
     assert all("update_conv_state" not in vars(layer) for layer in cache.layers)
 
 
-def test_unfollowed_modules_are_refused_with_their_reason():
-    """A model whose recurrent modules lookahead does not follow yet is refused before any forward, with why."""
+def test_unfollowed_modules_fall_back_to_model_generate_and_say_why():
+    """A model whose recurrent modules lookahead does not follow yet is not refused: the call runs model.generate's
+    own decoding (its greedy tokens, a fixed seed's sample), warns with the reason, and its stats say so; the plugin
+    path (transformers calling lookahead's loop) still refuses, with the reason."""
+    from lookahead.decode.fallback import FallbackWarning
+
     model = _model("zaya")
-    with pytest.raises(ValueError, match=r"has recurrent layers .* that lookahead cannot take back to the accepted "
-                                         r"tokens after a rejected draft \(ZayaCCAProjection: "):
-        lookahead.generate(model, F.prompt(), max_new_tokens=5)
+    ids = F.prompt()
+    reason = (r"has recurrent layers .* that lookahead cannot take back to the accepted tokens after a rejected draft "
+              r"\(ZayaCCAProjection: ")
+    with pytest.warns(FallbackWarning, match=reason):
+        out, stats = lookahead.generate(model, ids, max_new_tokens=12, min_new_tokens=12, return_stats=True)
+    assert out[0, ids.shape[1]:].tolist() == F.reference(model, ids, 12).tolist()
+    assert re.search(reason, stats.fallback)
+    assert (stats.new_tokens, stats.forward_passes, stats.draft_tokens, stats.tokens_per_forward) == (12, 12, 0, 1.0)
+    with pytest.warns(FallbackWarning):
+        sampled = [lookahead.generate(model, ids, max_new_tokens=12, do_sample=True, generator=seed)
+                   for seed in (5, 5, 6)]
+    torch.manual_seed(5)
+    want = model.generate(ids, max_new_tokens=12, do_sample=True)
+    assert torch.equal(sampled[0], want) and torch.equal(sampled[1], want)
+    assert not torch.equal(sampled[2], want)
+    with pytest.warns(FallbackWarning):
+        out = lookahead.generate(model, ids, max_new_tokens=12, return_dict_in_generate=True)
+    assert out.lookahead_stats.fallback is not None and out.sequences.shape == (1, ids.shape[1] + 12)
+    with pytest.raises(ValueError, match=reason):
+        model.generate(ids, custom_generate=lookahead.custom_generate, max_new_tokens=5)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ class GenerationStats:
     forwards_by_row: list = field(default_factory=list)  # per batch row: the forwards it took part in
     seconds: dict = field(default_factory=dict)  # host wall clock per phase of the loop: draft, forward, accept, ...
     # (a fused call drafts each next step inside its acceptance: its "draft" is the first draft of each batch)
+    fallback: str | None = None  # why lookahead.generate ran model.generate's own decoding (no drafts), or None
 
     @property
     def tokens_per_forward(self) -> float:

@@ -7,6 +7,7 @@ call spent taking checkpoints and settling recurrent states on the accepted path
 
     python benchmarks/hybrid.py                      # 4 traces per workload, 512-token contexts, 128 new tokens
     python benchmarks/hybrid.py --traces 2 --max-new 32 --layers 4   # a quick look
+    python benchmarks/hybrid.py --shape recurrent_gemma               # Griffin blocks (RecurrentGemma) instead
 
 Each trace runs greedy and lookahead in turn, on both models, so drift in the machine's speed falls on all alike.
 """
@@ -26,8 +27,11 @@ EOS, VOCAB = 50256, 50257  # GPT-2's <|endoftext|>: never inside the recorded te
 WORKLOADS = ("code-edit", "summarization")
 
 
-def model(kind: str, layers: int):
-    """A random Qwen3.5-text model of hidden 1024: "hybrid" (gated delta net, 3 of every 4 layers) or "attention"."""
+def model(kind: str, layers: int, shape: str = "qwen3_5"):
+    """A random model of hidden 1024: "hybrid" (recurrent on 3 of every 4 layers) or "attention" (every layer),
+    shaped like Qwen3.5-text (gated delta nets) or RecurrentGemma (Griffin blocks: a convolution and the RG-LRU)."""
+    if shape == "recurrent_gemma":
+        return griffin(kind, layers)
     from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
 
     types = ["linear_attention", "linear_attention", "linear_attention", "full_attention"] * (layers // 4)
@@ -40,6 +44,20 @@ def model(kind: str, layers: int):
                                bos_token_id=EOS, eos_token_id=EOS, pad_token_id=EOS)
     torch.manual_seed(0)
     return Qwen3_5ForCausalLM(config).eval()
+
+
+def griffin(kind: str, layers: int):
+    """A random RecurrentGemma of hidden 1024 (RG-LRU width 1024, 8 heads, one key/value head, window 2048): Griffin
+    blocks on 3 of every 4 layers ("hybrid") or on none ("attention")."""
+    from transformers import RecurrentGemmaConfig, RecurrentGemmaForCausalLM
+
+    types = ["recurrent", "recurrent", "attention", "recurrent"] if kind == "hybrid" else ["attention"]
+    config = RecurrentGemmaConfig(vocab_size=VOCAB, hidden_size=1024, lru_width=1024, intermediate_size=3584 * 2,
+                                  num_hidden_layers=layers, num_attention_heads=8, num_key_value_heads=1,
+                                  head_dim=128, attention_window_size=2048, block_types=types, bos_token_id=EOS,
+                                  eos_token_id=EOS, pad_token_id=EOS)
+    torch.manual_seed(0)
+    return RecurrentGemmaForCausalLM(config).eval()
 
 
 def timed(fn) -> float:
@@ -118,13 +136,15 @@ def main(argv=None) -> None:
     parser.add_argument("--layers", type=int, default=4, help="layers, a multiple of 4 (default 4)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
     parser.add_argument("--data-dir", default=None, help="../shared/data by default")
+    parser.add_argument("--shape", default="qwen3_5", choices=("qwen3_5", "recurrent_gemma"),
+                        help="the hybrid's recurrent layers: gated delta nets (qwen3_5, default) or Griffin blocks")
     args = parser.parse_args(argv)
     from traces import DEFAULT_DATA_DIR, workload
 
     torch.set_num_threads(args.threads)
     data = Path(args.data_dir) if args.data_dir else DEFAULT_DATA_DIR
     workloads = {w: workload(w, data, args.traces, args.context, args.max_new) for w in WORKLOADS}
-    models = {kind: model(kind, args.layers) for kind in ("hybrid", "attention")}
+    models = {kind: model(kind, args.layers, args.shape) for kind in ("hybrid", "attention")}
     with torch.inference_mode():
         results = run(models, workloads, args.max_new)
     print(table(results))

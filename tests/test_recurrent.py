@@ -10,12 +10,14 @@ from hypothesis import given, strategies as st
 
 import families as F
 import lookahead
-from lookahead.model import delta, recurrent
+from lookahead.model import delta, griffin, recurrent
 from lookahead.model.cache import new_cache
 
 # one family per kind of recurrent module: gated delta net, Mamba2 stepped and continued, Mamba, short convolutions,
-# a parallel hybrid (attention and Mamba in one layer), lightning attention in a cache of its own (MiniMax)
-KINDS = ["qwen3_5_text", "nemotron_h", "granitemoehybrid", "mamba", "lfm2", "falcon_h1", "kimi_linear", "minimax"]
+# a parallel hybrid (attention and Mamba in one layer), lightning attention in a cache of its own (MiniMax),
+# RecurrentGemma's Griffin blocks (states on the modules)
+KINDS = ["qwen3_5_text", "nemotron_h", "granitemoehybrid", "mamba", "lfm2", "falcon_h1", "kimi_linear", "minimax",
+         "recurrent_gemma"]
 
 
 def _model(name):
@@ -32,7 +34,8 @@ def corrupted(tokens: torch.Tensor, every: int = 5) -> list:
     return out.tolist()
 
 
-@pytest.mark.parametrize("name", KINDS + ["bamba", "zamba2", "jamba", "qwen3_next", "lfm3", "mamba2"])
+@pytest.mark.parametrize("name", [k for k in KINDS if k != "recurrent_gemma"]  # its states live on its modules,
+                         + ["bamba", "zamba2", "jamba", "qwen3_next", "lfm3", "mamba2"])  # not in two caches
 def test_several_tokens_continue_a_cached_state(name):
     """Inside `recurrent.stepping`, a forward over several tokens from a cached state, then a one-token forward, give
     the logits that one-token forwards give (model.generate's decoding, which for some families differs from one
@@ -69,7 +72,7 @@ def test_partly_accepted_drafts_give_generate_tokens(name):
     assert stats.accepted_tokens >= F.NEW // 2 and stats.draft_tokens - stats.accepted_tokens >= 4
 
 
-@pytest.mark.parametrize("name", ["qwen3_5_text", "nemotron_h", "lfm2"])
+@pytest.mark.parametrize("name", ["qwen3_5_text", "nemotron_h", "lfm2", "recurrent_gemma"])
 def test_a_padded_batch_settles_each_row_on_its_own_path(name):
     """Two left-padded rows of different lengths, each drafting from its own corrupted document, accept different
     numbers of drafts per step: each row equals model.generate on its own prompt."""
@@ -82,6 +85,60 @@ def test_a_padded_batch_settles_each_row_on_its_own_path(name):
                              max_new_tokens=F.NEW, min_new_tokens=F.NEW)
     for i, want in enumerate(wants):
         assert out[i, ids.shape[1]:].tolist() == want.tolist()
+
+
+def test_a_griffin_block_continues_its_states_as_decoding_does():
+    """Over several tokens from a cached state, a Griffin block inside a verification forward gives, in fp32, the
+    outputs and states that its one-token (decoding) forward gives token after token, to the rounding of its linear
+    layers over several rows (its own multi-token forward restarts the convolution from zero: far from them)."""
+    model = _model("recurrent_gemma")
+    block = griffin.griffin_blocks(model)[0]
+    width = block.conv_1d.weight.shape[0]
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 6, model.config.hidden_size, generator=g)
+    positions = torch.arange(30, 36)[None].expand(2, -1)
+    start = torch.randn(2, width, block.conv1d_width - 1, generator=g), torch.randn(2, width, generator=g)
+    with torch.no_grad():
+        block.conv1d_state, block.rg_lru.recurrent_states = start
+        outs, states = [], []
+        for t in range(6):
+            outs.append(block(x[:, t:t + 1], positions[:, t:t + 1], None)[0])
+            states.append((block.conv1d_state, block.rg_lru.recurrent_states))
+        block.conv1d_state, block.rg_lru.recurrent_states = start
+        follower = griffin.BlockStates(model)
+        with follower.forward():
+            out = block(x, positions, None)[0]
+        whole = block(x, positions, None)[0]  # its own forward: a prefill
+    torch.testing.assert_close(out, torch.cat(outs, dim=1), rtol=0, atol=1e-6)
+    assert (whole - out).abs().max() > 1e-2
+    recorded = follower.record[block]
+    assert len(recorded) == 6
+    for (conv, state), (conv_want, state_want) in zip(recorded, states):
+        torch.testing.assert_close(conv, conv_want, rtol=0, atol=1e-6)
+        torch.testing.assert_close(state, state_want, rtol=0, atol=1e-6)
+
+
+def test_griffin_states_follow_rows_that_leave_the_batch():
+    """RecurrentGemma's blocks hold their states themselves: when a row of a left-padded batch ends (its eos) and
+    leaves the batch, the other row's states stay its own, and both rows equal model.generate; the blocks' own
+    forward is back after the call."""
+    model = _model("recurrent_gemma")
+    ids, mask = F.padded_batch()
+    rows = [ids[0:1], ids[1:2, 10:]]
+    wants = [F.reference(model, row) for row in rows]
+    eos = next(int(t) for t in wants[1][5:] if int(t) not in wants[0].tolist())
+    model.generation_config.eos_token_id = eos
+    try:
+        documents = [[corrupted(wants[0], 4)], [corrupted(wants[1], 6)]]
+        out, stats = lookahead.generate(model, ids, attention_mask=mask, documents=documents, draft_cost=0,
+                                        max_new_tokens=F.NEW, return_stats=True)
+    finally:
+        model.generation_config.eos_token_id = None
+    short = wants[1].tolist().index(eos) + 1
+    assert out[1, ids.shape[1]:ids.shape[1] + short].tolist() == wants[1][:short].tolist()
+    assert out[0, ids.shape[1]:].tolist() == wants[0].tolist()
+    assert stats.new_tokens_by_row == [F.NEW, short] and stats.draft_tokens > stats.accepted_tokens > F.NEW // 2
+    assert all("forward" not in vars(block) for block in griffin.griffin_blocks(model))
 
 
 def test_sampling_from_a_hybrid_keeps_the_target_law():

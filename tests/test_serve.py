@@ -427,6 +427,21 @@ def test_recurrent_models_serve_each_joined_row_on_its_own_state(name):
     assert not any(module._forward_pre_hooks for module in recurrent_modules(model))  # no request left its hooks
 
 
+def test_a_model_whose_blocks_hold_their_states_is_refused_by_the_server_by_name():
+    """RecurrentGemma's blocks keep their states on the modules (one batch's at a time), so a joining row's prefill
+    would overwrite the running rows': the engine refuses it when it starts, naming why and what works."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    import families as F
+
+    from lookahead.serve.engine import Engine
+
+    if "recurrent_gemma" not in F.causal_types():
+        pytest.skip("transformers has no recurrent_gemma")
+    with pytest.raises(ValueError, match=r"cannot join rows of RecurrentGemmaForCausalLM: its recurrent blocks keep "
+                                         r"their states on the modules .*; use lookahead.generate"):
+        Engine(F.tiny_model("recurrent_gemma"), draft_cost=0)
+
+
 def test_a_full_batch_of_weak_bets_verifies_no_drafts_and_a_strong_one_pays_for_all(reference):
     """The engine's step width sees the whole batch (`policy.batch_width`): 64 greedy rows whose drafts were rarely
     accepted verify none (a forward over 64 rows costs what all its tokens cost), while one row whose prediction is

@@ -21,6 +21,7 @@ from . import _kernels, alibi
 from .cache import keep_slots, new_cache, rollback, select_rows
 from .facts import ModelFacts
 from .layers import LayerKinds, state_space
+from .griffin import BlockStates, griffin_blocks
 from .recurrent import Checkpoints, keeps_states
 from .static import prompt_positions, prompt_sources
 
@@ -54,7 +55,9 @@ class CausalLM:
         self.held = 0  # the step's columns the cache holds past `width` until the commit
         self.kinds = LayerKinds.of(model.config)  # windowed layers get masks of their own, by position
         # recurrent layers: their states checkpointed before each verification, settled on the accepted path after
-        self.states = Checkpoints(model, self.cache) if keeps_states(self.cache) else None
+        # (RecurrentGemma's blocks hold theirs themselves: recorded a token at a time, `griffin.BlockStates`)
+        self.states = BlockStates(model) if griffin_blocks(model) else \
+            Checkpoints(model, self.cache) if keeps_states(self.cache) else None
         self.attends = not state_space(facts.layers)  # a state-space model takes no mask after its prefill (some
         # pass it to their mixers as padding of the step, as model.generate never does)
 
@@ -216,5 +219,8 @@ class CausalLM:
 
     def keep(self, rows: list) -> None:
         """Keep only the batch rows `rows`, so that finished rows cost nothing more."""
-        select_rows(self.cache, torch.tensor(rows, device=self._slots.device))
+        index = torch.tensor(rows, device=self._slots.device)
+        select_rows(self.cache, index)
+        if isinstance(self.states, BlockStates):  # states on the modules, not in the cache
+            self.states.select(index)
         self._slots, self.pos = self._slots[rows], self.pos[rows]

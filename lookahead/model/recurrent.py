@@ -30,6 +30,7 @@ import weakref
 import torch
 
 from . import delta
+from .griffin import griffin_blocks
 
 try:
     from transformers.cache_utils import LinearAttentionCacheLayerMixin
@@ -94,6 +95,8 @@ def unsupported(model) -> str | None:
     cache layer must be written by modules that take the cache as `cache` and their input as `hidden_states`."""
     modules = recurrent_modules(model)
     if not modules:
+        if griffin_blocks(model):  # RecurrentGemma: states on its blocks (`griffin.BlockStates`)
+            return None
         return "no module of its own reads the recurrent states from transformers' cache"
     for module in modules:
         if type(module).__name__ in UNFOLLOWED:

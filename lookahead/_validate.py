@@ -59,19 +59,35 @@ def layers_refusal(facts: ModelFacts) -> str | None:
     return None
 
 
-def check_recurrent(facts: ModelFacts, draft: str, static: bool) -> None:
+def check_recurrent(facts: ModelFacts, draft: str, config, model) -> None:
     """Raise ValueError, before any forward, for what recurrent layers cannot verify: a tree (a state follows one
-    sequence of tokens, not a tree's branches) and the static cache (its recurrent states are not checkpointed)."""
+    sequence of tokens, not a tree's branches); the static cache where their states are not transformers' recurrent
+    cache layers alone (states on the modules, a cache class of the model's own, a layer keeping a state beside its
+    keys and values) or where its step would be compiled or captured (the states are settled around an eager step).
+    `config`: the call's generation config."""
     if facts.recurrent != "":
         return
     if draft == "tree":
         raise ValueError(f"draft='tree' is not supported for {facts.name}: its recurrent layers carry one state along "
                          f"one sequence of tokens, so a tree's branches cannot be verified in one forward; use "
                          f"draft='chain' (the default: exact, its states follow the accepted tokens)")
-    if static:
-        raise ValueError(f"cache_implementation='static' is not supported for {facts.name}: its recurrent layers' "
-                         f"states are followed along the accepted tokens in the dynamic cache only; leave "
-                         f"cache_implementation unset")
+    if getattr(config, "cache_implementation", None) != "static":
+        return
+    from .model.griffin import griffin_blocks
+    from .model.recurrent import state_layers
+
+    mixed = state_layers(model)[1]
+    why = ("its recurrent blocks keep their states on the modules" if griffin_blocks(model)
+           else f"its recurrent states live in a cache of its own ({facts.own_cache})" if facts.own_cache
+           else f"{len(mixed)} of its layers keep a recurrent state beside their keys and values" if mixed else None)
+    if why is not None:
+        raise ValueError(f"cache_implementation='static' is not supported for {facts.name}: {why}, which the static "
+                         f"cache does not hold; leave cache_implementation unset")
+    compiled = getattr(config, "compile_config", None) is not None or facts.device.type == "cuda"
+    if compiled and not getattr(config, "disable_compile", False):
+        raise ValueError(f"cache_implementation='static' would compile or capture the step of {facts.name}, whose "
+                         f"recurrent states lookahead settles around an eager step: pass disable_compile=True (the "
+                         f"static cache, uncompiled) or leave cache_implementation unset")
 
 
 def check_alibi(facts: ModelFacts, draft: str, config, rows: int) -> None:

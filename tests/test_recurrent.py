@@ -8,6 +8,8 @@ import pytest
 import torch
 from hypothesis import given, strategies as st
 
+from transformers import CompileConfig
+
 import families as F
 import lookahead
 from lookahead.model import delta, griffin, recurrent
@@ -166,15 +168,27 @@ def test_sampling_from_a_hybrid_keeps_the_target_law():
     assert accepted > S.N / 8 and drafted - accepted > S.N / 8
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"lookup": "suffix", "draft": "tree"}, r"draft='tree' is not supported for Qwen3_5ForCausalLM: its recurrent "
-                                            r"layers carry one state along one sequence of tokens"),
-    ({"cache_implementation": "static"}, r"cache_implementation='static' is not supported for Qwen3_5ForCausalLM: "
-                                         r"its recurrent layers' states are followed .* in the dynamic cache only"),
+@pytest.mark.parametrize("name, kwargs, message", [
+    ("qwen3_5_text", {"lookup": "suffix", "draft": "tree"},
+     r"draft='tree' is not supported for Qwen3_5ForCausalLM: its recurrent layers carry one state along one sequence "
+     r"of tokens"),
+    ("qwen3_5_text", {"cache_implementation": "static", "compile_config": CompileConfig()},
+     r"cache_implementation='static' would compile or capture the step of Qwen3_5ForCausalLM, whose recurrent states "
+     r"lookahead settles around an eager step: pass disable_compile=True"),
+    ("recurrent_gemma", {"cache_implementation": "static"},
+     r"cache_implementation='static' is not supported for RecurrentGemmaForCausalLM: its recurrent blocks keep their "
+     r"states on the modules"),
+    ("minimax", {"cache_implementation": "static"},
+     r"cache_implementation='static' is not supported for MiniMaxForCausalLM: its recurrent states live in a cache of "
+     r"its own \(MiniMaxCache\)"),
+    ("falcon_h1", {"cache_implementation": "static"},
+     r"cache_implementation='static' is not supported for FalconH1ForCausalLM: 2 of its layers keep a recurrent state "
+     r"beside their keys and values"),
 ])
-def test_what_a_state_cannot_follow_is_refused_by_name(kwargs, message):
-    """A tree or the static cache asked of a hybrid is refused before any forward, naming what works instead."""
-    model = _model("qwen3_5_text")
+def test_what_a_state_cannot_follow_is_refused_by_name(name, kwargs, message):
+    """A tree asked of a hybrid, a compiled static step, and the static cache where the states are not transformers'
+    recurrent cache layers alone, are refused before any forward, naming what works instead."""
+    model = _model(name)
     calls = []
     hook = model.register_forward_pre_hook(lambda *_: calls.append(1))
     try:
@@ -183,6 +197,45 @@ def test_what_a_state_cannot_follow_is_refused_by_name(kwargs, message):
     finally:
         hook.remove()
     assert not calls
+
+
+STATIC = [k for k in KINDS if k not in ("falcon_h1", "minimax", "recurrent_gemma")] + ["mamba2", "qwen3_next"]
+
+
+@pytest.mark.parametrize("name", STATIC)
+def test_the_static_cache_settles_states_on_the_accepted_path(name):
+    """In the static cache (eager steps padded to fixed widths), drafts accepted up to a change and rejected there
+    settle each recurrent state on the accepted tokens: model.generate's tokens."""
+    model = _model(name)
+    ids = F.prompt()
+    want = F.reference(model, ids)
+    out, stats = lookahead.generate(model, ids, documents=[corrupted(want)], draft_cost=0, max_new_tokens=F.NEW,
+                                    min_new_tokens=F.NEW, cache_implementation="static", return_stats=True)
+    assert out[0, ids.shape[1]:].tolist() == want.tolist()
+    assert stats.accepted_tokens >= F.NEW // 2 and stats.draft_tokens - stats.accepted_tokens >= 4
+
+
+@pytest.mark.parametrize("name", ["qwen3_5_text", "nemotron_h", "lfm2", "mamba"])
+def test_a_static_padded_batch_keeps_each_row_on_its_own_path(name):
+    """A left-padded batch in the static cache: the padding is kept out of the recurrent states (as model.generate
+    keeps it), each row settles on its own accepted tokens, and when the short row ends (its eos) the other moves
+    into a batch of one with its states (compaction): each row equals model.generate on its own prompt."""
+    model = _model(name)
+    ids, mask = F.padded_batch()
+    rows = [ids[0:1], ids[1:2, 10:]]
+    wants = [F.reference(model, row) for row in rows]
+    eos = next(int(t) for t in wants[1][5:] if int(t) not in wants[0].tolist())
+    model.generation_config.eos_token_id = eos
+    try:
+        documents = [[corrupted(wants[0], 4)], [corrupted(wants[1], 6)]]
+        out, stats = lookahead.generate(model, ids, attention_mask=mask, documents=documents, draft_cost=0,
+                                        max_new_tokens=F.NEW, cache_implementation="static", return_stats=True)
+    finally:
+        model.generation_config.eos_token_id = None
+    short = wants[1].tolist().index(eos) + 1
+    assert out[1, ids.shape[1]:ids.shape[1] + short].tolist() == wants[1][:short].tolist()
+    assert out[0, ids.shape[1]:].tolist() == wants[0].tolist()
+    assert stats.new_tokens_by_row == [F.NEW, short] and stats.accepted_tokens >= F.NEW // 2
 
 
 @given(length=st.integers(1, 12), heads=st.sampled_from([(2, 2), (1, 3)]), rows=st.integers(1, 2),

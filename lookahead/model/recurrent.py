@@ -15,8 +15,9 @@ Where transformers' own forward of a module cannot continue a cached state over 
 restarts from zero: `STEPPED`), `stepping` makes it run a token at a time from the cached state, through the very
 code `model.generate` decodes with, inside the one verification forward.
 
-Trees cannot be verified this way (a state follows one sequence, not branches), nor can the static cache:
-`check_recurrent` refuses both by name.
+Trees cannot be verified this way (a state follows one sequence, not branches): `check_recurrent` refuses them by
+name. The static cache keeps the same recurrent cache layers beside its slots (`slot_cache.SlotCache`), settled the
+same way after each eager step; a compiled or graphed step, which cannot run these hooks, is refused by name.
 """
 from __future__ import annotations
 
@@ -31,6 +32,8 @@ import torch
 
 from . import delta
 from .griffin import griffin_blocks
+
+from transformers.cache_utils import CacheLayerMixin
 
 try:
     from transformers.cache_utils import LinearAttentionCacheLayerMixin
@@ -64,6 +67,20 @@ def keeps_states(cache) -> bool:
     """Whether `cache` holds recurrent states lookahead follows: transformers' recurrent layers, or the linear
     attention states of MiniMax's own cache (`linear_cache`, one [b, heads, d, d] tensor per such layer)."""
     return bool(recurrent_layers(cache)) or hasattr(cache, "linear_cache")
+
+
+def state_layers(model) -> tuple:
+    """(layers whose cache keeps only a recurrent state, layers whose cache keeps one beside attention's keys and
+    values) of `model`, as transformers' dynamic cache for its config lays them out: index sets."""
+    try:
+        from transformers import DynamicCache
+
+        layers = DynamicCache(config=model.config).layers
+    except (TypeError, ValueError, AttributeError):
+        return frozenset(), frozenset()
+    states = {i for i, layer in enumerate(layers) if isinstance(layer, LinearAttentionCacheLayerMixin)}
+    mixed = {i for i in states if isinstance(layers[i], CacheLayerMixin)}
+    return frozenset(states - mixed), frozenset(mixed)
 
 
 def recurrent_modules(model) -> list:

@@ -4,14 +4,23 @@ Each row owns a run of slots; a forward writes its queries' keys and values at t
 (`SlotCache.writes`), so a rejected draft is simply overwritten by the next step and a rollback copies nothing
 (reference: gpt-fast's static cache). `lookahead.model.static` runs the steps over it.
 
-A sliding-window layer keeps only a ring of slots (`rings`: its window plus the widest step, not the whole call):
+A recurrent layer (gated delta net, Mamba, short convolution) keeps transformers' own `LinearAttentionLayer`: a state
+per row, no slots (`recurrent.Checkpoints` settles it on the accepted path). A sliding-window layer keeps only a ring
+of slots (`rings`: its window plus the widest step, not the whole call):
 slot s lives at s mod ring, so the newest ring-many slots of a row are always there; the prefill's queries attend to
 the prompt's own keys (the ring keeps its last ring-many), and a step's mask for that layer is over the ring.
 """
 from __future__ import annotations
 
+import copy
+
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
+
+try:
+    from transformers.cache_utils import LinearAttentionLayer
+except ImportError:  # older transformers: no recurrent cache layers (no model asks for them)
+    LinearAttentionLayer = None
 
 
 class SlotLayer(CacheLayerMixin):
@@ -91,24 +100,35 @@ class SlotCache(Cache):
     `prefilling` is set while the prompts' forward runs.
     """
 
-    def __init__(self, config, batch: int, slots: int, dtype: torch.dtype, device, rings: dict | None = None):
+    def __init__(self, config, batch: int, slots: int, dtype: torch.dtype, device, rings: dict | None = None,
+                 states: frozenset = frozenset()):
         text = config.get_text_config(decoder=True)
-        heads = _shared(text, "num_key_value_heads") or text.num_attention_heads
-        head_dim = _shared(text, "head_dim") or text.hidden_size // text.num_attention_heads
         rings, layers = rings or {}, text.num_hidden_layers
         self.slots, self.prefilling = slots, False
-        self.plain = {i: k for k, i in enumerate(i for i in range(layers) if i not in rings)}  # layer -> its kv row
+        self.states = states  # layers that keep a recurrent state (transformers' `LinearAttentionLayer`), no slots
+        self.plain = {i: k for k, i in enumerate(i for i in range(layers) if i not in rings and i not in states)}
+        heads = head_dim = 1  # a state-space model: no keys or values at all
+        if len(states) < layers:
+            heads = _shared(text, "num_key_value_heads") or text.num_attention_heads
+            head_dim = _shared(text, "head_dim") or text.hidden_size // text.num_attention_heads
         self.kv = torch.zeros((2, len(self.plain), batch, heads, slots, head_dim), dtype=dtype, device=device)
         self.rows = torch.arange(batch, device=device)[:, None]
         self.writes = torch.zeros((batch, 1), dtype=torch.long, device=device)
         self.origin = torch.arange(batch, device=device)  # the call's row that each batch row holds (compaction)
         self.own = set()  # layers whose keys and values are buffers of their own (`SlotLayer.own`), not views of kv
         self.indexed = set()  # layers with indexer keys (`SlotLayer.update_indexer`)
-        super().__init__(layers=[SlotLayer(self, i, rings.get(i)) for i in range(layers)])
+        super().__init__(layers=[LinearAttentionLayer() if i in states else SlotLayer(self, i, rings.get(i))
+                                 for i in range(layers)])
+
+    def fresh_states(self) -> None:
+        """Give every recurrent layer a new, empty state (before a call's prefill: as a new cache has)."""
+        for i in self.states:
+            self.layers[i] = LinearAttentionLayer()
 
     def batch_tensors(self) -> list:
         """(tensor, its batch dimension) of every cache tensor a step may read (`origin`: a forward hook may)."""
         return [(self.kv, 2), (self.rows, 0), (self.origin, 0)] + [(t, 0) for layer in self.layers
+                                                                   if isinstance(layer, SlotLayer)
                                                                    for t in (layer.keys, layer.values)] \
             + [(self.layers[i].indexer_keys, 0) for i in sorted(self.indexed)]
 
@@ -126,8 +146,14 @@ class SlotCache(Cache):
             keys[self.rows, dst] = keys[self.rows, src]
 
     def take_rows(self, old: "SlotCache", index: torch.Tensor, n: int) -> None:
-        """Fill this cache's rows with the first `n` slots of `old`'s rows `index` [b] (every layer; compaction)."""
+        """Fill this cache's rows with the first `n` slots of `old`'s rows `index` [b] (every layer, recurrent states
+        too; compaction)."""
         self.kv[:, :, :, :, :n] = old.kv[:, :, index, :, :n]
+        for i in old.states:
+            layer = copy.copy(old.layers[i])  # its flags and sizes; its states the rows `index` of old's
+            layer.conv_states, layer.recurrent_states = dict(layer.conv_states), dict(layer.recurrent_states)
+            layer.reorder_cache(index)
+            self.layers[i] = layer
         for i in old.own:
             mine, theirs = self.layers[i], old.layers[i]
             if i not in self.own:

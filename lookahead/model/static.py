@@ -33,7 +33,8 @@ from ..verify.rules import argmax, argmax_rows
 from ..runtime.jit import kernels
 from . import _kernels, alibi
 from .facts import ModelFacts
-from .layers import SLIDING, LayerKinds, additive, check_windows_in_masks
+from .layers import FULL, SLIDING, WINDOWED, LayerKinds, additive, check_windows_in_masks, state_space
+from .recurrent import Checkpoints, state_layers
 from .slot_cache import SlotCache, check_static
 
 
@@ -60,7 +61,10 @@ class _State:
         kinds = LayerKinds.of(model.config)
         self.ring = _ring(kinds, slots)  # a sliding layer's slots (None: every layer keeps the whole call)
         rings = {i: self.ring for i, kind in enumerate(kinds.per_layer) if kind == SLIDING} if self.ring else {}
-        self.cache = SlotCache(model.config, batch, slots, facts.dtype, device, rings)
+        states = state_layers(model)[0] if facts.recurrent == "" else frozenset()  # recurrent layers' own states
+        self.cache = SlotCache(model.config, batch, slots, facts.dtype, device, rings, states)
+        self.stateful = bool(states)  # recurrent layers: their states are settled after each step (`Checkpoints`)
+        self.attends = not state_space(facts.layers)  # a state-space model takes no attention mask in its steps
         self.kv, self.dtype = facts.kv, facts.dtype  # the keyword the model's forward takes the cache by
         self.kinds = kinds  # windowed layers get masks of their own, by position
         self.alibi = facts.alibi == "mask"  # ALiBi biases from each key's position (`model.alibi`)
@@ -140,7 +144,7 @@ def _step(model, state: _State, inputs: torch.Tensor) -> tuple:
         views = {SLIDING: _ring_view(allowed, key_pos, write + width, state.ring)} if state.ring else None
         mask = state.kinds.masks(allowed, key_pos, positions, state.dtype, views)
     else:
-        mask = additive(allowed, state.dtype)
+        mask = additive(allowed, state.dtype) if state.attends else None
     with alibi.from_positions(model, key_pos) if state.alibi else contextlib.nullcontext():
         logits = model(input_ids=tokens, attention_mask=mask, position_ids=positions,
                        **{state.kv: state.cache}, use_cache=True,
@@ -183,6 +187,8 @@ class StaticCausalLM:
         self.graphs = graphs and self.cuda
         self.slots, self.compile_config = slots, compile_config
         self.state = _state(model, facts, b, slots, compile_config)
+        # recurrent layers: their states checkpointed before each step, settled on the accepted path after it
+        self.states = Checkpoints(model, self.state.cache) if self.state.stateful else None
         self.pos = mask.sum(-1).cpu().numpy()  # [b] position id of each row's next token
         self.write = np.full(b, p, dtype=np.int64)  # [b] each row's next slot
         self.active = np.arange(b)  # rows of the call still running, in the loop's order
@@ -222,6 +228,9 @@ class StaticCausalLM:
             mask = state.kinds.masks(allowed, key_pos, positions, self.facts.dtype, views)
         else:
             mask = additive(allowed, self.facts.dtype)
+        if state.stateful:  # recurrent layers start from empty states, their padding zeroed as model.generate does
+            state.cache.fresh_states()
+            mask = _with_padding(mask, self.mask, state.kinds) if state.attends else self.mask
         state.cache.prefilling = True
         try:
             with alibi.from_positions(self.model, key_pos) if state.alibi else contextlib.nullcontext():
@@ -265,7 +274,8 @@ class StaticCausalLM:
         written = kern.static_inputs(self._host(width), self.active, np.asarray(last, dtype=np.int64), batch.tokens,
                                   batch.parents, self.pos, self.write, width, _BIT)
         assert written >= 0, "the static step's input buffer is narrower than the step"
-        out = self._run(width)
+        with self.states.forward() if self.states is not None else contextlib.nullcontext():
+            out = self._run(width)
         stats.add_forward(len(self.active))
         return out, out is self.state.outputs.get(width)
 
@@ -283,6 +293,10 @@ class StaticCausalLM:
         every row accepted its first nodes in order: `Verdict.in_place`)."""
         kern = kernels(_kernels)
         rows = self.active
+        if self.states is not None:  # chains only (`check_recurrent`): each running row keeps its root and counts
+            kept = np.full(len(self.write), np.iinfo(np.int64).max)  # finished rows: left as they are
+            kept[rows] = verdict.counts + 1
+            self.states.settle(kept)
         if not verdict.in_place:
             cols = verdict.columns()  # [r, W] root then accepted nodes
             moves = self._moves(cols.shape[1])  # [2, b, W]: what the kernel writes
@@ -327,8 +341,18 @@ class StaticCausalLM:
         new.start.copy_(old.start)
         new.cache.origin.copy_(old.cache.origin[index])
         self.state, self.write, self.pos = new, self.write[src], self.pos[src]
+        if self.states is not None:
+            self.states.cache = new.cache
         self.active = np.arange(live)
         self._active = torch.arange(live, device=self.device)
+
+    def close(self, stats=None) -> None:
+        """Take lookahead's hooks off the model (the call is over); add the time its recurrent states took to follow
+        the accepted path to `stats.seconds["recurrent"]`."""
+        if self.states is not None:
+            self.states.close()
+            if stats is not None:
+                stats.seconds["recurrent"] = stats.seconds.get("recurrent", 0.0) + self.states.seconds
 
     def _host(self, width: int) -> np.ndarray:
         """The host buffer of a step's inputs (a numpy view [b, 3 * width + 1]): tokens, positions, the next slot, and
@@ -380,6 +404,17 @@ class StaticCausalLM:
             state.outputs[width] = state.run(self.model, width)
         state.pool = graph.pool()
         state.graphs[width] = graph
+
+
+def _with_padding(mask, padding: torch.Tensor, kinds: LayerKinds) -> dict:
+    """A hybrid's prefill masks: each attention kind's (`mask`, one for all or a dict by kind), and for its recurrent
+    layers the 2D padding mask [b, P] (transformers zeroes their padding tokens' inputs, `model.generate` passing it
+    as the model builds it from the 2D mask); keyed by the layer kinds the model's forward looks its masks up by."""
+    masks = dict(mask) if isinstance(mask, dict) else {kind: mask for kind in (FULL, *WINDOWED)}
+    for kind in kinds.per_layer:
+        if kind not in (FULL, *WINDOWED):
+            masks[kind] = padding
+    return masks
 
 
 def prompt_sources(input_ids: torch.Tensor, mask: torch.Tensor) -> list:

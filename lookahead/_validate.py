@@ -9,8 +9,11 @@ from .model.facts import ModelFacts, forward_parameters, takes_keywords
 from .model.layers import KNOWN, NONE, RECURRENT, state_space
 
 
-def check_model(model) -> None:
-    """Raise TypeError unless `model` is a Hugging Face LM (causal or encoder-decoder) that decodes with a KV cache."""
+def check_model(model, fallback: bool = False) -> str | None:
+    """Raise TypeError unless `model` is a Hugging Face LM (causal or encoder-decoder) that decodes with a KV cache.
+    With `fallback`, a transformers-style LM that keeps no KV cache (RWKV's state, GPT-1, XLNet's memories: its
+    forward takes **kwargs) is not refused: returns why lookahead cannot draft on it (`lookahead.generate` then runs
+    model.generate's own decoding, `decode.fallback`); else None."""
     from transformers import PreTrainedModel
 
     name = type(model).__name__
@@ -20,13 +23,17 @@ def check_model(model) -> None:
         raise TypeError(
             f"model must be a causal language model with an LM head (AutoModelForCausalLM), got {name}"
         )
-    params = forward_parameters(model)
+    params, reason = forward_parameters(model), None
     if not {"cache", "past_key_values"} & params or not ("use_cache" in params or takes_keywords(model)):
-        raise TypeError(f"model must accept a KV cache (cache= or past_key_values=) and use_cache to decode with a KV "
-                        f"cache; {name} does not")
+        if not (fallback and takes_keywords(model)):
+            raise TypeError(f"model must accept a KV cache (cache= or past_key_values=) and use_cache to decode with "
+                            f"a KV cache; {name} does not")
+        reason = (f"{name} keeps no KV cache that lookahead can roll back after a rejected draft (its forward takes "
+                  f"neither cache= nor past_key_values=)")
     if any(p.device.type == "meta" for p in model.parameters()):
         raise ValueError(f"model has weights on the 'meta' device (no data: built under init_empty_weights, or not "
                          f"loaded); load {name}'s weights (from_pretrained, or load_state_dict with assign=True) first")
+    return reason
 
 
 def check_layers(facts: ModelFacts) -> None:

@@ -141,14 +141,15 @@ def generate(
 
     Warns:
         FallbackWarning: lookahead cannot draft over the model's layers yet (recurrent layers it does not follow,
-            compressed attention, a cache class of the model's own): the call ran model.generate's own decoding
+            compressed attention, a cache class of the model's own, no KV cache at all: RWKV, GPT-1, XLNet): the call
+            ran model.generate's own decoding
             (the same tokens, no speedup) and `stats.fallback` says why (`lookahead.decode.fallback`).
 
     Example:
         >>> out = generate(model, tok("def f(x):", return_tensors="pt").input_ids, max_new_tokens=64)
         >>> out = generate(model, ids, do_sample=True, temperature=0.7, top_p=0.9, generator=0)
     """
-    V.check_model(model)
+    uncached = V.check_model(model, fallback=True)  # why a transformers LM without a KV cache cannot draft, or None
     facts = ModelFacts.of(model)
     settings = make_settings(lookup=lookup, max_ngram=max_ngram, min_ngram=min_ngram, num_draft_tokens=num_draft_tokens,
                              draft_cost=draft_cost, draft=draft, max_draft_nodes=max_draft_nodes, memory=memory,
@@ -162,7 +163,7 @@ def generate(
     input_ids, attention_mask = V.check_inputs(facts, input_ids, attention_mask)
     kwargs = hf_kwargs(dict(generate_kwargs), max_new_tokens, eos_token_id, pad_token_id, logits_processor)
     kwargs["stopping_criteria"] = with_stop_strings(stopping_criteria, kwargs, tokenizer)
-    reason = V.layers_refusal(facts)  # before model.generate, which builds the model's cache
+    reason = uncached or V.layers_refusal(facts)  # before model.generate, which builds the model's cache
     if reason is not None:  # layers lookahead cannot draft over yet: model.generate's own decoding, said
         out = plain_generate(model, input_ids, attention_mask, kwargs, settings, reason)
         return (out, settings.stats) if return_stats else out

@@ -182,7 +182,6 @@ CALLS = {  # call name -> lookahead.generate's keyword arguments
 
 # expected refusals, keyed by a layer kind or a feature (not by model name): (feature, calls, message pattern)
 REFUSALS = [
-    ("no KV cache", None, r"must accept a KV cache"),
     ("recurrent", ("suffix_tree", "recycle_tree"), r"draft='tree' is not supported for .*: its recurrent layers"),
     ("recurrent state held elsewhere", ("static",), r"cache_implementation='static' is not supported for .*: (its "
                                                    r"recurrent blocks keep their states on the modules|its recurrent "
@@ -201,6 +200,7 @@ REFUSALS = [
 # features whose every call runs model.generate's own decoding, said by a FallbackWarning (`lookahead.decode.fallback`):
 # (feature, the warning's reason pattern)
 FALLBACKS = [
+    ("no KV cache", r"keeps no KV cache that lookahead can roll back"),
     ("unfollowed recurrent", r"(is a state-space model: every layer keeps a recurrent state|has recurrent "
                              r"layers \(\d+ of \d+: .*\)) that lookahead cannot take back"),
     ("unknown layer kind", r"has layers of a kind lookahead does not know"),
@@ -213,6 +213,10 @@ KNOWN_FAILURES = {  # (family, call) -> why it fails for now: xfail, not strict
                                 "(RuntimeError: a mask of 16 keys against 59)",
     ("deepseek_v4", "batch"): "the fallback runs transformers' own generate, whose left-padded batch differs from the "
                               "short row alone (its compressed attention reads the padding)",
+    ("rwkv", "batch"): "the fallback runs transformers' own generate, whose left-padded batch differs from the short "
+                       "row alone (RWKV's state reads the padding)",
+    ("xlnet", "batch"): "the fallback runs transformers' own generate, whose left-padded batch differs from the short "
+                        "row alone",
 }
 _REFERENCES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> {prompt: greedy tokens}
 
@@ -338,7 +342,7 @@ def tiny_model(name: str):
 
 
 SHORT = [  # message pattern -> the short reason the table shows
-    (r"must accept a KV cache", "no KV cache"), (r"state-space", "recurrent, not followed"),
+    (r"must accept a KV cache|keeps no KV cache", "no KV cache"), (r"state-space", "recurrent, not followed"),
     (r"has recurrent layers", "recurrent, not followed"), (r"draft='tree' is not supported .* recurrent", "recurrent"),
     (r"static' is not supported .*(on the modules|a cache of its own|beside their keys)",
      "recurrent state held elsewhere"),

@@ -49,8 +49,6 @@ STEPPED = frozenset({"MambaMixer", "FalconMambaMixer", "Mamba2Mixer", "BambaMixe
 UNFOLLOWED = {
     "InklingShortConvolution": "its short convolutions inside attention, with masks of their own, give other tokens "
                                "than model.generate after a verification forward",
-    "ZayaCCAProjection": "its convolved query/key projections take a conv_mask, not the attention mask, and break on "
-                         "a verification forward",
 }
 
 
@@ -147,6 +145,13 @@ def _stepped(module, forward, hidden_states, cache=None, attention_mask=None, **
     outs = [forward(hidden_states[:, t:t + 1], cache=cache, attention_mask=None, **_cut(kwargs, length, t, t + 1))
             for t in range(length)]
     return torch.cat(outs, dim=1)
+
+
+def _cut_args(args: tuple, length: int, n: int) -> tuple:
+    """Positional arguments with every tensor that runs along the step's `length` tokens (dim 1, a per-token mask
+    such as Zaya's `conv_mask`) cut to its first n."""
+    return tuple(a[:, :n] if isinstance(a, torch.Tensor) and a.dim() > 1 and a.shape[1] == length else a
+                 for a in args)
 
 
 def _cut(kwargs: dict, length: int, start: int, end: int) -> dict:
@@ -332,7 +337,7 @@ class Checkpoints:
                 self._put(self.saved, [saved.clone() for *_, saved in self.saved])
                 with torch.inference_mode(), self._replayed(width):
                     for module, hidden, args, kwargs in rerun:
-                        kwargs = _cut(kwargs, width, 0, n)
+                        args, kwargs = _cut_args(args, width, n), _cut(kwargs, width, 0, n)
                         if "attention_mask" in kwargs:  # every kept token is a real one
                             kwargs["attention_mask"] = None
                         module(hidden[:, :n].contiguous(), *args, **kwargs)

@@ -68,9 +68,9 @@ def layers_refusal(facts: ModelFacts) -> str | None:
 
 def check_recurrent(facts: ModelFacts, draft: str, config, model) -> None:
     """Raise ValueError, before any forward, for what recurrent layers cannot verify: a tree (a state follows one
-    sequence of tokens, not a tree's branches); the static cache where their states are not transformers' recurrent
-    cache layers alone (states on the modules, a cache class of the model's own, a layer keeping a state beside its
-    keys and values) or where its step would be compiled or captured (the states are settled around an eager step).
+    sequence of tokens, not a tree's branches); the static cache where their states are not in transformers'
+    recurrent cache layers (states on the modules, a cache class of the model's own) or where its step would be
+    compiled or captured (the states are settled around an eager step).
     `config`: the call's generation config."""
     if facts.recurrent != "":
         return
@@ -81,12 +81,9 @@ def check_recurrent(facts: ModelFacts, draft: str, config, model) -> None:
     if getattr(config, "cache_implementation", None) != "static":
         return
     from .model.griffin import griffin_blocks
-    from .model.recurrent import state_layers
 
-    mixed = state_layers(model)[1]
     why = ("its recurrent blocks keep their states on the modules" if griffin_blocks(model)
-           else f"its recurrent states live in a cache of its own ({facts.own_cache})" if facts.own_cache
-           else f"{len(mixed)} of its layers keep a recurrent state beside their keys and values" if mixed else None)
+           else f"its recurrent states live in a cache of its own ({facts.own_cache})" if facts.own_cache else None)
     if why is not None:
         raise ValueError(f"cache_implementation='static' is not supported for {facts.name}: {why}, which the static "
                          f"cache does not hold; leave cache_implementation unset")

@@ -185,8 +185,7 @@ REFUSALS = [
     ("recurrent", ("suffix_tree", "recycle_tree"), r"draft='tree' is not supported for .*: its recurrent layers"),
     ("recurrent state held elsewhere", ("static",), r"cache_implementation='static' is not supported for .*: (its "
                                                    r"recurrent blocks keep their states on the modules|its recurrent "
-                                                   r"states live in a cache of its own|\d+ of its layers keep a "
-                                                   r"recurrent state beside their keys and values)"),
+                                                   r"states live in a cache of its own)"),
     ("ALiBi from slots", ("suffix_tree", "recycle_tree"), r"draft='tree' needs biases that follow each tree node's "
                                                           r"depth"),
     ("ALiBi from slots", ("static",), r"cache_implementation='static' passes a 4D attention mask; .* builds its "
@@ -227,7 +226,6 @@ def features(model) -> set:
     from lookahead.model.facts import ModelFacts, forward_parameters
     from lookahead.model.griffin import griffin_blocks
     from lookahead.model.layers import KNOWN, NONE, RECURRENT, LayerKinds, check_windows_in_masks
-    from lookahead.model.recurrent import state_layers
 
     found = set()
     if not {"cache", "past_key_values"} & forward_parameters(model):
@@ -237,8 +235,8 @@ def features(model) -> set:
     own = facts.own_cache if facts.own_cache not in FOLLOWED_CACHES else None  # MiniMax's is followed
     if RECURRENT in kinds and not own:  # a cache of its own is refused for that
         found.add("unfollowed recurrent" if facts.recurrent else "recurrent")
-        if not facts.recurrent and (griffin_blocks(model) or facts.own_cache or state_layers(model)[1]):
-            found.add("recurrent state held elsewhere")  # on the modules, in a cache of its own, beside attention
+        if not facts.recurrent and (griffin_blocks(model) or facts.own_cache):
+            found.add("recurrent state held elsewhere")  # on the modules, in a cache of its own
     if any(kind not in KNOWN for kind in kinds):
         found.add("unknown layer kind")
     if own:
@@ -344,7 +342,7 @@ def tiny_model(name: str):
 SHORT = [  # message pattern -> the short reason the table shows
     (r"must accept a KV cache|keeps no KV cache", "no KV cache"), (r"state-space", "recurrent, not followed"),
     (r"has recurrent layers", "recurrent, not followed"), (r"draft='tree' is not supported .* recurrent", "recurrent"),
-    (r"static' is not supported .*(on the modules|a cache of its own|beside their keys)",
+    (r"static' is not supported .*(on the modules|a cache of its own)",
      "recurrent state held elsewhere"),
     (r"static' is not supported .* recurrent", "recurrent"),
 (r"cache of its own", "own cache"), (r"does not know", "unknown layer kind"),

@@ -181,9 +181,6 @@ def test_sampling_from_a_hybrid_keeps_the_target_law():
     ("minimax", {"cache_implementation": "static"},
      r"cache_implementation='static' is not supported for MiniMaxForCausalLM: its recurrent states live in a cache of "
      r"its own \(MiniMaxCache\)"),
-    ("falcon_h1", {"cache_implementation": "static"},
-     r"cache_implementation='static' is not supported for FalconH1ForCausalLM: 2 of its layers keep a recurrent state "
-     r"beside their keys and values"),
 ])
 def test_what_a_state_cannot_follow_is_refused_by_name(name, kwargs, message):
     """A tree asked of a hybrid, a compiled static step, and the static cache where the states are not transformers'
@@ -199,7 +196,7 @@ def test_what_a_state_cannot_follow_is_refused_by_name(name, kwargs, message):
     assert not calls
 
 
-STATIC = [k for k in KINDS if k not in ("falcon_h1", "minimax", "recurrent_gemma", "zaya")] + ["mamba2", "qwen3_next"]
+STATIC = [k for k in KINDS if k not in ("minimax", "recurrent_gemma")] + ["mamba2", "qwen3_next", "zamba2"]
 
 
 @pytest.mark.parametrize("name", STATIC)
@@ -212,10 +209,10 @@ def test_the_static_cache_settles_states_on_the_accepted_path(name):
     out, stats = lookahead.generate(model, ids, documents=[corrupted(want)], draft_cost=0, max_new_tokens=F.NEW,
                                     min_new_tokens=F.NEW, cache_implementation="static", return_stats=True)
     assert out[0, ids.shape[1]:].tolist() == want.tolist()
-    assert stats.accepted_tokens >= F.NEW // 2 and stats.draft_tokens - stats.accepted_tokens >= 4
+    assert stats.accepted_tokens >= F.NEW // 3 and stats.draft_tokens - stats.accepted_tokens >= 4
 
 
-@pytest.mark.parametrize("name", ["qwen3_5_text", "nemotron_h", "lfm2", "mamba"])
+@pytest.mark.parametrize("name", ["qwen3_5_text", "nemotron_h", "lfm2", "mamba", "falcon_h1", "zaya", "lfm3", "lara_mini"])
 def test_a_static_padded_batch_keeps_each_row_on_its_own_path(name):
     """A left-padded batch in the static cache: the padding is kept out of the recurrent states (as model.generate
     keeps it), each row settles on its own accepted tokens, and when the short row ends (its eos) the other moves
@@ -235,7 +232,7 @@ def test_a_static_padded_batch_keeps_each_row_on_its_own_path(name):
     short = wants[1].tolist().index(eos) + 1
     assert out[1, ids.shape[1]:ids.shape[1] + short].tolist() == wants[1][:short].tolist()
     assert out[0, ids.shape[1]:].tolist() == wants[0].tolist()
-    assert stats.new_tokens_by_row == [F.NEW, short] and stats.accepted_tokens >= F.NEW // 2
+    assert stats.new_tokens_by_row == [F.NEW, short] and stats.accepted_tokens >= F.NEW // 3
 
 
 @given(length=st.integers(1, 12), heads=st.sampled_from([(2, 2), (1, 3)]), rows=st.integers(1, 2),

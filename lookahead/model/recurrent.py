@@ -47,8 +47,9 @@ STEPPED = frozenset({"MambaMixer", "FalconMambaMixer", "Mamba2Mixer", "BambaMixe
                      "NemotronHMamba2Mixer", "Zamba2MambaMixer"})
 # Module classes whose states lookahead does not follow yet, and why (tests/test_families.py shows the refusal).
 UNFOLLOWED = {
-    "InklingShortConvolution": "its short convolutions inside attention, with masks of their own, give other tokens "
-                               "than model.generate after a verification forward",
+    "InklingShortConvolution": "its short convolutions inside sliding-window attention layers that record their past "
+                               "give other tokens than model.generate after a verification forward (it rejects drafts "
+                               "greedy would accept)",
 }
 
 
@@ -67,18 +68,17 @@ def keeps_states(cache) -> bool:
     return bool(recurrent_layers(cache)) or hasattr(cache, "linear_cache")
 
 
-def state_layers(model) -> tuple:
-    """(layers whose cache keeps only a recurrent state, layers whose cache keeps one beside attention's keys and
-    values) of `model`, as transformers' dynamic cache for its config lays them out: index sets."""
+def state_layers(model) -> dict:
+    """{layer: (its number of states, whether it keeps keys and values beside them)} of the layers of `model` whose
+    cache keeps recurrent states, as transformers' dynamic cache for its config lays them out."""
     try:
         from transformers import DynamicCache
 
         layers = DynamicCache(config=model.config).layers
     except (TypeError, ValueError, AttributeError):
-        return frozenset(), frozenset()
-    states = {i for i, layer in enumerate(layers) if isinstance(layer, LinearAttentionCacheLayerMixin)}
-    mixed = {i for i in states if isinstance(layers[i], CacheLayerMixin)}
-    return frozenset(states - mixed), frozenset(mixed)
+        return {}
+    return {i: (layer.number_of_states, isinstance(layer, CacheLayerMixin)) for i, layer in enumerate(layers)
+            if isinstance(layer, LinearAttentionCacheLayerMixin)}
 
 
 def recurrent_modules(model) -> list:

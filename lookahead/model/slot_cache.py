@@ -92,6 +92,23 @@ class SlotLayer(CacheLayerMixin):
         return self.ring or self.cache.slots
 
 
+class SlotStateLayer(LinearAttentionLayer or object, SlotLayer):
+    """A layer that keeps recurrent states beside its keys and values (Falcon-H1's parallel attention and Mamba,
+    Zamba2's hybrid layers, Zaya's convolved projections): its keys and values are slots (`SlotLayer`), its states
+    transformers' own (`LinearAttentionLayer`)."""
+
+    def __init__(self, cache: "SlotCache", index: int, ring: int | None = None, number_of_states: int = 1):
+        SlotLayer.__init__(self, cache, index, ring)
+        LinearAttentionLayer.__init__(self, number_of_states=number_of_states)
+
+    def lazy_initialization(self, *args, **kwargs) -> None:
+        if args or kwargs.get("conv_states") is not None or kwargs.get("recurrent_states") is not None:
+            LinearAttentionLayer.lazy_initialization(self, *args, **kwargs)
+
+    get_seq_length, get_max_length, get_mask_sizes = SlotLayer.get_seq_length, SlotLayer.get_max_length, \
+        SlotLayer.get_mask_sizes
+
+
 class SlotCache(Cache):
     """Keys and values of every full-attention layer in one buffer [2, layers, b, heads, slots, head_dim]; a
     sliding layer's in a ring of its own (`rings`: layer index -> its slots).
@@ -101,14 +118,17 @@ class SlotCache(Cache):
     """
 
     def __init__(self, config, batch: int, slots: int, dtype: torch.dtype, device, rings: dict | None = None,
-                 states: frozenset = frozenset()):
+                 states: dict | None = None):
         text = config.get_text_config(decoder=True)
         rings, layers = rings or {}, text.num_hidden_layers
         self.slots, self.prefilling = slots, False
-        self.states = states  # layers that keep a recurrent state (transformers' `LinearAttentionLayer`), no slots
-        self.plain = {i: k for k, i in enumerate(i for i in range(layers) if i not in rings and i not in states)}
+        # layer -> (its number of states, whether it keeps keys and values beside them) of the layers that keep
+        # recurrent states: transformers' `LinearAttentionLayer` alone (no slots), or a `SlotStateLayer`
+        self.states = states = states or {}
+        self.plain = {i: k for k, i in enumerate(i for i in range(layers) if i not in rings
+                                                 and not (i in states and not states[i][1]))}
         heads = head_dim = 1  # a state-space model: no keys or values at all
-        if len(states) < layers:
+        if any(i not in states or states[i][1] for i in range(layers)):
             heads = _shared(text, "num_key_value_heads") or text.num_attention_heads
             head_dim = _shared(text, "head_dim") or text.hidden_size // text.num_attention_heads
         self.kv = torch.zeros((2, len(self.plain), batch, heads, slots, head_dim), dtype=dtype, device=device)
@@ -117,13 +137,23 @@ class SlotCache(Cache):
         self.origin = torch.arange(batch, device=device)  # the call's row that each batch row holds (compaction)
         self.own = set()  # layers whose keys and values are buffers of their own (`SlotLayer.own`), not views of kv
         self.indexed = set()  # layers with indexer keys (`SlotLayer.update_indexer`)
-        super().__init__(layers=[LinearAttentionLayer() if i in states else SlotLayer(self, i, rings.get(i))
-                                 for i in range(layers)])
+        super().__init__(layers=[self._layer(i, rings.get(i)) for i in range(layers)])
+
+    def _layer(self, i: int, ring: int | None):
+        if i not in self.states:
+            return SlotLayer(self, i, ring)
+        number, attends = self.states[i]
+        return SlotStateLayer(self, i, ring, number) if attends else LinearAttentionLayer(number_of_states=number)
 
     def fresh_states(self) -> None:
-        """Give every recurrent layer a new, empty state (before a call's prefill: as a new cache has)."""
-        for i in self.states:
-            self.layers[i] = LinearAttentionLayer()
+        """Give every recurrent layer new, empty states (before a call's prefill: as a new cache has); a layer that
+        also attends keeps its slots."""
+        for i, (number, attends) in self.states.items():
+            layer = self.layers[i]
+            if attends:
+                LinearAttentionLayer.__init__(layer, number_of_states=number)
+            else:
+                self.layers[i] = LinearAttentionLayer(number_of_states=number)
 
     def batch_tensors(self) -> list:
         """(tensor, its batch dimension) of every cache tensor a step may read (`origin`: a forward hook may)."""
@@ -149,11 +179,15 @@ class SlotCache(Cache):
         """Fill this cache's rows with the first `n` slots of `old`'s rows `index` [b] (every layer, recurrent states
         too; compaction)."""
         self.kv[:, :, :, :, :n] = old.kv[:, :, index, :, :n]
-        for i in old.states:
-            layer = copy.copy(old.layers[i])  # its flags and sizes; its states the rows `index` of old's
-            layer.conv_states, layer.recurrent_states = dict(layer.conv_states), dict(layer.recurrent_states)
-            layer.reorder_cache(index)
-            self.layers[i] = layer
+        for i, (_, attends) in old.states.items():
+            theirs, mine = old.layers[i], self.layers[i]
+            if not attends:  # a layer of states alone: a copy of old's with its rows `index` (flags and sizes too)
+                mine = self.layers[i] = copy.copy(theirs)
+            for name in ("conv_states", "recurrent_states", "is_conv_states_initialized",
+                         "is_recurrent_states_initialized", "has_previous_state", "conv_kernel_size"):
+                setattr(mine, name, dict(getattr(theirs, name)))
+            mine.device, mine.dtype = theirs.device, theirs.dtype
+            LinearAttentionLayer.reorder_cache(mine, index)
         for i in old.own:
             mine, theirs = self.layers[i], old.layers[i]
             if i not in self.own:

@@ -61,7 +61,7 @@ class _State:
         kinds = LayerKinds.of(model.config)
         self.ring = _ring(kinds, slots)  # a sliding layer's slots (None: every layer keeps the whole call)
         rings = {i: self.ring for i, kind in enumerate(kinds.per_layer) if kind == SLIDING} if self.ring else {}
-        states = state_layers(model)[0] if facts.recurrent == "" else frozenset()  # recurrent layers' own states
+        states = state_layers(model) if facts.recurrent == "" else {}  # recurrent layers' own states
         self.cache = SlotCache(model.config, batch, slots, facts.dtype, device, rings, states)
         self.stateful = bool(states)  # recurrent layers: their states are settled after each step (`Checkpoints`)
         self.attends = not state_space(facts.layers)  # a state-space model takes no attention mask in its steps
@@ -230,7 +230,12 @@ class StaticCausalLM:
             mask = additive(allowed, self.facts.dtype)
         if state.stateful:  # recurrent layers start from empty states, their padding zeroed as model.generate does
             state.cache.fresh_states()
-            mask = _with_padding(mask, self.mask, state.kinds) if state.attends else self.mask
+            if not state.attends:
+                mask = self.mask
+            elif not bool(self.mask.bool().all()):  # a padded batch: the recurrent kinds get the 2D padding mask
+                # beside windowed layers' own masks; else the 2D mask, from which the model builds every layer's own
+                padding = {kind: self.mask for kind in state.kinds.per_layer if kind not in (FULL, *WINDOWED)}
+                mask = {**mask, **padding} if isinstance(mask, dict) else self.mask
         state.cache.prefilling = True
         try:
             with alibi.from_positions(self.model, key_pos) if state.alibi else contextlib.nullcontext():
@@ -404,17 +409,6 @@ class StaticCausalLM:
             state.outputs[width] = state.run(self.model, width)
         state.pool = graph.pool()
         state.graphs[width] = graph
-
-
-def _with_padding(mask, padding: torch.Tensor, kinds: LayerKinds) -> dict:
-    """A hybrid's prefill masks: each attention kind's (`mask`, one for all or a dict by kind), and for its recurrent
-    layers the 2D padding mask [b, P] (transformers zeroes their padding tokens' inputs, `model.generate` passing it
-    as the model builds it from the 2D mask); keyed by the layer kinds the model's forward looks its masks up by."""
-    masks = dict(mask) if isinstance(mask, dict) else {kind: mask for kind in (FULL, *WINDOWED)}
-    for kind in kinds.per_layer:
-        if kind not in (FULL, *WINDOWED):
-            masks[kind] = padding
-    return masks
 
 
 def prompt_sources(input_ids: torch.Tensor, mask: torch.Tensor) -> list:

@@ -392,10 +392,11 @@ def _joined(engine, prompts: list, max_new: int, tok, predictions=None) -> list:
     return rows
 
 
-def served_family(name: str):
+def served_family(name: str, least: int | None = None):
     """Serve the family's tiny model three requests that join one batch a step apart, each drafting from a
     prediction that is greedy's answer with every fifth token changed (accepted up to the change, then rejected);
-    assert each decodes to `model.generate`'s tokens with drafts accepted; the model."""
+    assert each decodes to `model.generate`'s tokens with at least `least` drafts accepted (default F.NEW); the
+    model."""
     sys.path.insert(0, str(Path(__file__).parent))
     import families as F
 
@@ -411,35 +412,24 @@ def served_family(name: str):
     engine = Engine(model, draft_cost=0)
     rows = _joined(engine, prompts, F.NEW, tok, predictions)
     assert engine.error is None and [row.out for row in rows] == want
-    assert sum(row.stats.accepted_tokens for row in rows) >= F.NEW
+    assert sum(row.stats.accepted_tokens for row in rows) >= (F.NEW if least is None else least)
     return model
 
 
-@pytest.mark.parametrize("name", ["qwen3_5_text", "lfm2", "mamba2", "minimax"])
+@pytest.mark.parametrize("name", ["qwen3_5_text", "lfm2", "mamba2", "minimax", "recurrent_gemma", "zaya"])
 def test_recurrent_models_serve_each_joined_row_on_its_own_state(name):
-    """A hybrid (gated delta net beside attention, short convolutions beside attention) and a state-space model are
+    """A hybrid (gated delta net beside attention, short convolutions beside attention; RecurrentGemma, whose blocks
+    hold their states on the modules: each batch keeps its own between forwards, a joining row's prefill leaves them
+    alone; Zaya's convolved attention projections) and a state-space model are
     served: three requests that join one batch a step apart, each drafting from a prediction that is greedy's answer
     with every fifth token changed (accepted up to the change, then rejected), decode to `model.generate`'s tokens,
     each row's recurrent states following its own accepted path."""
-    model = served_family(name)
+    # the tiny RecurrentGemma answers in long runs of one token, where a prediction's place is ambiguous: its rows
+    # accept a few drafts each (the same with the attention-only Gemma 3), not the others' four in five
+    model = served_family(name, least=6 if name == "recurrent_gemma" else None)
     from lookahead.model.recurrent import recurrent_modules
 
     assert not any(module._forward_pre_hooks for module in recurrent_modules(model))  # no request left its hooks
-
-
-def test_a_model_whose_blocks_hold_their_states_is_refused_by_the_server_by_name():
-    """RecurrentGemma's blocks keep their states on the modules (one batch's at a time), so a joining row's prefill
-    would overwrite the running rows': the engine refuses it when it starts, naming why and what works."""
-    sys.path.insert(0, str(Path(__file__).parent))
-    import families as F
-
-    from lookahead.serve.engine import Engine
-
-    if "recurrent_gemma" not in F.causal_types():
-        pytest.skip("transformers has no recurrent_gemma")
-    with pytest.raises(ValueError, match=r"cannot join rows of RecurrentGemmaForCausalLM: its recurrent blocks keep "
-                                         r"their states on the modules .*; use lookahead.generate"):
-        Engine(F.tiny_model("recurrent_gemma"), draft_cost=0)
 
 
 def test_a_full_batch_of_weak_bets_verifies_no_drafts_and_a_strong_one_pays_for_all(reference):

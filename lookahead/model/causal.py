@@ -129,11 +129,16 @@ class CausalLM:
 
     def prefill(self, stats) -> torch.Tensor:
         """Logits [b, 1, V] after each prompt."""
-        logits = self.model(input_ids=self.input_ids, attention_mask=self.mask,
-                            position_ids=prompt_positions(self.mask), **{self.facts.kv: self.cache}, use_cache=True,
-                            **self.facts.last_logits_only()).logits
+        with self.states.prefill() if isinstance(self.states, BlockStates) else contextlib.nullcontext():
+            logits = self._prefill()
         stats.add_forward(len(self.pos))
         return logits[:, -1:]
+
+    def _prefill(self) -> torch.Tensor:
+        """The prompts' forward: logits [b, P or 1, V]."""
+        return self.model(input_ids=self.input_ids, attention_mask=self.mask,
+                            position_ids=prompt_positions(self.mask), **{self.facts.kv: self.cache}, use_cache=True,
+                            **self.facts.last_logits_only()).logits
 
     def verify(self, last: np.ndarray, batch, stats) -> torch.Tensor:
         """One forward over [last token, draft nodes] of every row; the logits after each of them [b, N+1, V]."""

@@ -7,7 +7,9 @@ it restarts the convolution from zero. So during a verification forward each blo
 layers over all the step's tokens at once, its convolution and RG-LRU a token at a time through the operations of
 the block's one-token path (what `model.generate` decodes with), keeping the states after each token; after the
 verdict a row gets the states after its kept tokens, taken from that record (no rerun). Rows a call drops are dropped
-from the states too. The blocks are found by what they hold (`is_griffin`), not by name.
+from the states too. A batch keeps its states between its forwards (`hold`), so a server's joining row, prefilled
+alone on the same modules, does not overwrite them, and joins them (`join`). The blocks are found by what they hold
+(`is_griffin`), not by name.
 """
 from __future__ import annotations
 
@@ -43,10 +45,36 @@ class BlockStates:
         self.blocks = griffin_blocks(model)
         self.seconds = 0.0  # host time recording and settling states (what following the path costs)
         self.record = {}  # block -> [(conv1d_state, recurrent_states) after each token of the forward]
+        self.held = None  # block -> (conv1d_state, recurrent_states) of this batch's rows between its forwards: the
+        # modules hold one batch's states at a time, and a server prefills a joining row's alone in between
+
+    def _load(self) -> None:
+        """Put this batch's states on the blocks (another batch's prefill may have replaced them)."""
+        for block, (conv, state) in (self.held or {}).items():
+            block.conv1d_state, block.rg_lru.recurrent_states = conv, state
+
+    def hold(self) -> None:
+        """Keep the states the blocks have now as this batch's (after its prefill or a settled step)."""
+        self.held = {block: (block.conv1d_state, block.rg_lru.recurrent_states) for block in self.blocks}
+
+    @contextlib.contextmanager
+    def prefill(self):
+        """Around a batch's prefill: the blocks start from no state (their own forward sets it up), and keep what it
+        leaves as this batch's."""
+        for block in self.blocks:
+            block.conv1d_state = block.rg_lru.recurrent_states = None
+        yield
+        self.hold()
+
+    def join(self, other: "BlockStates") -> None:
+        """Append the rows of `other` (the same model's blocks, another batch) behind this batch's."""
+        self.held = {block: tuple(torch.cat(pair) for pair in zip(self.held[block], other.held[block]))
+                     for block in self.blocks}
 
     @contextlib.contextmanager
     def forward(self):
         """Around a verification forward: each block steps a token at a time from its state, recorded."""
+        self._load()
         self.record = {block: [] for block in self.blocks}
         for block in self.blocks:
             block.forward = functools.partial(_stepped, self.record[block], type(block).forward.__get__(block))
@@ -68,16 +96,14 @@ class BlockStates:
             block.conv1d_state = torch.stack([conv for conv, _ in steps])[at, rows]
             block.rg_lru.recurrent_states = torch.stack([state for _, state in steps])[at, rows]
         self.record = {}
+        self.hold()
         self.seconds += time.perf_counter() - start
 
     def select(self, rows: torch.Tensor) -> None:
         """Keep only the batch rows `rows` of every block's states."""
-        for block in self.blocks:
-            if block.conv1d_state is not None:
-                block.conv1d_state = block.conv1d_state[rows.to(block.conv1d_state.device)]
-            if block.rg_lru.recurrent_states is not None:
-                states = block.rg_lru.recurrent_states
-                block.rg_lru.recurrent_states = states[rows.to(states.device)]
+        self.held = {block: tuple(None if t is None else t[rows.to(t.device)] for t in held)
+                     for block, held in (self.held or {}).items()}
+        self._load()
 
     def close(self) -> None:
         """Nothing stays on the model between calls (`forward` restores each block's own forward)."""

@@ -12,6 +12,7 @@ import torch
 
 from ..model.cache import drop_leading, join_rows
 from ..model.causal import CausalLM
+from ..model.griffin import BlockStates
 
 TRIM_LEAST = 64  # leading slots unseen by every row worth copying the cache to drop
 
@@ -35,6 +36,8 @@ class ServingLM(CausalLM):
         """Append `other`'s rows (prefilled, not yet stepped) to this batch, behind its rows."""
         width = max(self.width, other.width)
         join_rows(self.cache, other.cache, width - self.width, width - other.width)
+        if isinstance(self.states, BlockStates):  # states on the modules (RecurrentGemma): held per batch, joined
+            self.states.join(other.states)
         other.close()  # its recurrent modules' hooks: this batch's follow the joined rows
         slots = torch.zeros((self.rows + other.rows, 2 * width + 64), dtype=self._slots.dtype,
                             device=self._slots.device)

@@ -33,7 +33,6 @@ from ..model.facts import ModelFacts
 from ..model.indexer import decoding_order
 from ..model.layers import CHUNKED, FULL, INDEXED, NONE, RECURRENT, SLIDING, LayerKinds
 from ..model.linear import packed_linears
-from ..model.griffin import griffin_blocks
 from ..model.recurrent import stepping
 from ..verify.batch import DraftBatch, Verdict
 from ..verify.greedy import greedy_accept_with_bonus
@@ -51,16 +50,12 @@ def check_servable(model) -> ModelFacts:
     own, `recurrent.Checkpoints`).
 
     Raises:
-        ValueError: an encoder-decoder, or layers of another kind (recurrent ones not followed or holding their
-            states on the modules, GPT-Neo's slot windows, ...), named.
+        ValueError: an encoder-decoder, or layers of another kind (recurrent ones not followed, GPT-Neo's slot
+            windows, ...), named.
     """
     facts = ModelFacts.of(model)
     if facts.encoder_decoder:
         raise ValueError(f"lookahead serve runs decoder-only models; {facts.name} is an encoder-decoder")
-    if griffin_blocks(model):
-        raise ValueError(f"lookahead serve cannot join rows of {facts.name}: its recurrent blocks keep their states on "
-                         f"the modules themselves, one batch's at a time (not in a cache a joining row brings); "
-                         f"use lookahead.generate")
     followed = (FULL, SLIDING, CHUNKED, INDEXED, NONE) + ((RECURRENT,) if facts.recurrent == "" else ())
     other = sorted({layer.name for layer in facts.layers if layer.kind not in followed})
     if other or LayerKinds.of(model.config).by_slot is not None or facts.alibi:

@@ -8,6 +8,7 @@ call spent taking checkpoints and settling recurrent states on the accepted path
     python benchmarks/hybrid.py                      # 4 traces per workload, 512-token contexts, 128 new tokens
     python benchmarks/hybrid.py --traces 2 --max-new 32 --layers 4   # a quick look
     python benchmarks/hybrid.py --shape recurrent_gemma               # Griffin blocks (RecurrentGemma) instead
+    python benchmarks/hybrid.py --cache static                        # lookahead on the static cache (eager)
 
 Each trace runs greedy and lookahead in turn, on both models, so drift in the machine's speed falls on all alike.
 """
@@ -66,16 +67,17 @@ def timed(fn) -> float:
     return time.perf_counter() - start
 
 
-def run(models: dict, workloads: dict, max_new: int) -> dict:
+def run(models: dict, workloads: dict, max_new: int, **options) -> dict:
     """{(model, workload): {"greedy": [s], "lookahead": [s], "prefill": [s], "tpf": [...], "recurrent": [s]}},
-    trace by trace ("prefill": a greedy call of one new token)."""
+    trace by trace ("prefill": a greedy call of one new token); `options`: lookahead.generate's own (the cache)."""
     import lookahead
     from lookahead.bench.forcing import ForcedOutputs
 
     results = {}
     prompt = torch.as_tensor(next(iter(workloads.values()))[0][0], dtype=torch.long)[None]
     for m in models.values():  # measures each model's draft cost curve (kept on disk) and loads the kernels; the
-        lookahead.generate(m, prompt, max_new_tokens=8)  # first greedy call of a hybrid loads transformers' fallbacks
+        lookahead.generate(m, prompt, max_new_tokens=8, **options)  # the first greedy call of a hybrid loads
+        # transformers' fallbacks
         m.generate(prompt, do_sample=False, max_new_tokens=8)
     for workload, traces in workloads.items():
         for prompt, output in traces:
@@ -91,7 +93,7 @@ def run(models: dict, workloads: dict, max_new: int) -> dict:
                     forced.reset()
                     stats = {}
                     seconds = timed(lambda: stats.setdefault("s", lookahead.generate(
-                        m, ids, max_new_tokens=max_new, return_stats=True)[1]))
+                        m, ids, max_new_tokens=max_new, return_stats=True, **options)[1]))
                 finally:
                     handle.remove()
                 row = results.setdefault((name, workload), {"greedy": [], "lookahead": [], "prefill": [], "tpf": [],
@@ -138,6 +140,8 @@ def main(argv=None) -> None:
     parser.add_argument("--data-dir", default=None, help="../shared/data by default")
     parser.add_argument("--shape", default="qwen3_5", choices=("qwen3_5", "recurrent_gemma"),
                         help="the hybrid's recurrent layers: gated delta nets (qwen3_5, default) or Griffin blocks")
+    parser.add_argument("--cache", default=None, choices=("static",),
+                        help="lookahead's cache_implementation (default: the dynamic cache; greedy keeps its own)")
     args = parser.parse_args(argv)
     from traces import DEFAULT_DATA_DIR, workload
 
@@ -146,7 +150,7 @@ def main(argv=None) -> None:
     workloads = {w: workload(w, data, args.traces, args.context, args.max_new) for w in WORKLOADS}
     models = {kind: model(kind, args.layers, args.shape) for kind in ("hybrid", "attention")}
     with torch.inference_mode():
-        results = run(models, workloads, args.max_new)
+        results = run(models, workloads, args.max_new, **({"cache_implementation": args.cache} if args.cache else {}))
     print(table(results))
 
 

@@ -66,11 +66,12 @@ def layers_refusal(facts: ModelFacts) -> str | None:
     return None
 
 
-def check_recurrent(facts: ModelFacts, draft: str, config, model) -> None:
+def check_recurrent(facts: ModelFacts, draft: str, config, model, rows: int = 1) -> None:
     """Raise ValueError, before any forward, for what recurrent layers cannot verify: a tree (a state follows one
     sequence of tokens, not a tree's branches); the static cache where their states are not in transformers'
-    recurrent cache layers (states on the modules, a cache class of the model's own) or where its step would be
-    compiled or captured (the states are settled around an eager step).
+    recurrent cache layers (states on the modules, a cache class of the model's own), or sit beside a window the
+    static masks do not apply (Inkling, whose window by cache slot also refuses batches of several rows), or where
+    its step would be compiled or captured (the states are settled around an eager step).
     `config`: the call's generation config."""
     if facts.recurrent != "":
         return
@@ -78,12 +79,20 @@ def check_recurrent(facts: ModelFacts, draft: str, config, model) -> None:
         raise ValueError(f"draft='tree' is not supported for {facts.name}: its recurrent layers carry one state along "
                          f"one sequence of tokens, so a tree's branches cannot be verified in one forward; use "
                          f"draft='chain' (the default: exact, its states follow the accepted tokens)")
+    from .model.griffin import griffin_blocks
+    from .model.recurrent import windowed_state_layers
+
+    if rows > 1 and windowed_state_layers(model):
+        raise ValueError(f"a batch of {rows} rows is not supported for {facts.name}: its layers that keep recurrent "
+                         f"states cut their sliding window by cache slot, and a batch's rows keep the slots of "
+                         f"rejected drafts (masked); pass one row at a time (input_ids of batch 1)")
     if getattr(config, "cache_implementation", None) != "static":
         return
-    from .model.griffin import griffin_blocks
 
     why = ("its recurrent blocks keep their states on the modules" if griffin_blocks(model)
-           else f"its recurrent states live in a cache of its own ({facts.own_cache})" if facts.own_cache else None)
+           else f"its recurrent states live in a cache of its own ({facts.own_cache})" if facts.own_cache
+           else "its layers keep recurrent states beside a sliding window that only their own cache layers apply"
+           if windowed_state_layers(model) else None)
     if why is not None:
         raise ValueError(f"cache_implementation='static' is not supported for {facts.name}: {why}, which the static "
                          f"cache does not hold; leave cache_implementation unset")

@@ -203,7 +203,7 @@ def _decode(model, input_ids, logits_processor, stopping_criteria, generation_co
     V.check_draft_shape(facts, settings.draft)
     if not facts.encoder_decoder:  # its attention_mask is the encoder's, which may pad on either side
         V.check_left_padded(model_kwargs.get("attention_mask"))
-    V.check_recurrent(facts, settings.draft, generation_config, model)
+    V.check_recurrent(facts, settings.draft, generation_config, model, input_ids.shape[0])
     V.check_alibi(facts, settings.draft, generation_config, input_ids.shape[0])
     check_slot_windows(LayerKinds.of(model.config), facts.name, settings.draft, input_ids.shape[0],
                        getattr(generation_config, "cache_implementation", None) == "static")

@@ -185,7 +185,10 @@ REFUSALS = [
     ("recurrent", ("suffix_tree", "recycle_tree"), r"draft='tree' is not supported for .*: its recurrent layers"),
     ("recurrent state held elsewhere", ("static",), r"cache_implementation='static' is not supported for .*: (its "
                                                    r"recurrent blocks keep their states on the modules|its recurrent "
-                                                   r"states live in a cache of its own)"),
+                                                   r"states live in a cache of its own|its layers keep recurrent "
+                                                   r"states beside a sliding window)"),
+    ("recurrent window by slot", ("batch",), r"a batch of \d+ rows is not supported for .*: its layers that keep "
+                                             r"recurrent states cut their sliding window by cache slot"),
     ("ALiBi from slots", ("suffix_tree", "recycle_tree"), r"draft='tree' needs biases that follow each tree node's "
                                                           r"depth"),
     ("ALiBi from slots", ("static",), r"cache_implementation='static' passes a 4D attention mask; .* builds its "
@@ -208,8 +211,6 @@ FALLBACKS = [
 KNOWN_FAILURES = {  # (family, call) -> why it fails for now: xfail, not strict
     ("deepseek_v4", "static"): "the fallback runs transformers' own static generate, which fails on it (KeyError: "
                                "'heavily_compressed_attention')",
-    ("inkling_text", "static"): "the fallback runs transformers' own static generate, which fails on the tiny config "
-                                "(RuntimeError: a mask of 16 keys against 59)",
     ("deepseek_v4", "batch"): "the fallback runs transformers' own generate, whose left-padded batch differs from the "
                               "short row alone (its compressed attention reads the padding)",
     ("rwkv", "batch"): "the fallback runs transformers' own generate, whose left-padded batch differs from the short "
@@ -225,6 +226,7 @@ def features(model) -> set:
     from lookahead.model.cache import FOLLOWED_CACHES
     from lookahead.model.facts import ModelFacts, forward_parameters
     from lookahead.model.griffin import griffin_blocks
+    from lookahead.model.recurrent import windowed_state_layers
     from lookahead.model.layers import KNOWN, NONE, RECURRENT, LayerKinds, check_windows_in_masks
 
     found = set()
@@ -235,8 +237,10 @@ def features(model) -> set:
     own = facts.own_cache if facts.own_cache not in FOLLOWED_CACHES else None  # MiniMax's is followed
     if RECURRENT in kinds and not own:  # a cache of its own is refused for that
         found.add("unfollowed recurrent" if facts.recurrent else "recurrent")
-        if not facts.recurrent and (griffin_blocks(model) or facts.own_cache):
-            found.add("recurrent state held elsewhere")  # on the modules, in a cache of its own
+        if not facts.recurrent and (griffin_blocks(model) or facts.own_cache or windowed_state_layers(model)):
+            found.add("recurrent state held elsewhere")  # on the modules, in a cache of its own, beside a window
+        if not facts.recurrent and windowed_state_layers(model):
+            found.add("recurrent window by slot")
     if any(kind not in KNOWN for kind in kinds):
         found.add("unknown layer kind")
     if own:
@@ -342,12 +346,13 @@ def tiny_model(name: str):
 SHORT = [  # message pattern -> the short reason the table shows
     (r"must accept a KV cache|keeps no KV cache", "no KV cache"), (r"state-space", "recurrent, not followed"),
     (r"has recurrent layers", "recurrent, not followed"), (r"draft='tree' is not supported .* recurrent", "recurrent"),
-    (r"static' is not supported .*(on the modules|a cache of its own)",
+    (r"static' is not supported .*(on the modules|a cache of its own|beside a sliding window)",
      "recurrent state held elsewhere"),
     (r"static' is not supported .* recurrent", "recurrent"),
-(r"cache of its own", "own cache"), (r"does not know", "unknown layer kind"),
-    (r"ALiBi", "ALiBi"),
-    (r"local attention layers", "local window by slot"), (r"masks do not apply", "window its masks ignore"),
+    (r"cache of its own", "own cache"), (r"does not know", "unknown layer kind"), (r"ALiBi", "ALiBi"),
+    (r"local attention layers", "local window by slot"),
+    (r"recurrent states cut their sliding window", "recurrent window by slot"),
+    (r"masks do not apply", "window its masks ignore"),
 ]
 
 

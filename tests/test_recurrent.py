@@ -17,9 +17,10 @@ from lookahead.model.cache import new_cache
 
 # one family per kind of recurrent module: gated delta net, Mamba2 stepped and continued, Mamba, short convolutions,
 # a parallel hybrid (attention and Mamba in one layer), lightning attention in a cache of its own (MiniMax),
-# RecurrentGemma's Griffin blocks (states on the modules), Zaya's convolved attention projections (a conv_mask)
+# RecurrentGemma's Griffin blocks (states on the modules), Zaya's convolved attention projections (a conv_mask),
+# Inkling's short convolutions in sliding-window layers
 KINDS = ["qwen3_5_text", "nemotron_h", "granitemoehybrid", "mamba", "lfm2", "falcon_h1", "kimi_linear", "minimax",
-         "recurrent_gemma", "zaya"]
+         "recurrent_gemma", "zaya", "inkling_text"]
 
 
 def _model(name):
@@ -178,6 +179,9 @@ def test_sampling_from_a_hybrid_keeps_the_target_law():
     ("recurrent_gemma", {"cache_implementation": "static"},
      r"cache_implementation='static' is not supported for RecurrentGemmaForCausalLM: its recurrent blocks keep their "
      r"states on the modules"),
+    ("inkling_text", {"cache_implementation": "static"},
+     r"cache_implementation='static' is not supported for InklingForCausalLM: its layers keep recurrent states beside "
+     r"a sliding window"),
     ("minimax", {"cache_implementation": "static"},
      r"cache_implementation='static' is not supported for MiniMaxForCausalLM: its recurrent states live in a cache of "
      r"its own \(MiniMaxCache\)"),
@@ -196,7 +200,24 @@ def test_what_a_state_cannot_follow_is_refused_by_name(name, kwargs, message):
     assert not calls
 
 
-STATIC = [k for k in KINDS if k not in ("minimax", "recurrent_gemma")] + ["mamba2", "qwen3_next", "zamba2"]
+def test_a_window_cut_by_slot_beside_recurrent_states_refuses_batches_by_name():
+    """Inkling's sliding-window layers that keep recurrent states cut their window by cache slot (their own cache
+    layer's): one row per call is exact (`test_partly_accepted_drafts_give_generate_tokens`), a batch of several rows,
+    whose rows keep the slots of rejected drafts, is refused before any forward, and so is serving it."""
+    from lookahead.serve.engine import Engine
+
+    model = _model("inkling_text")
+    ids, mask = F.padded_batch()
+    with pytest.raises(ValueError, match=r"a batch of 2 rows is not supported for InklingForCausalLM: its layers that "
+                                         r"keep recurrent states cut their sliding window by cache slot"):
+        lookahead.generate(model, ids, attention_mask=mask, max_new_tokens=5)
+    with pytest.raises(ValueError, match=r"lookahead serve cannot batch InklingForCausalLM: its layers that keep "
+                                         r"recurrent states cut their sliding window by cache slot"):
+        Engine(model, draft_cost=0)
+
+
+STATIC = [k for k in KINDS if k not in ("minimax", "recurrent_gemma", "inkling_text")] + ["mamba2", "qwen3_next",
+                                                                                         "zamba2"]
 
 
 @pytest.mark.parametrize("name", STATIC)
@@ -212,7 +233,8 @@ def test_the_static_cache_settles_states_on_the_accepted_path(name):
     assert stats.accepted_tokens >= F.NEW // 3 and stats.draft_tokens - stats.accepted_tokens >= 4
 
 
-@pytest.mark.parametrize("name", ["qwen3_5_text", "nemotron_h", "lfm2", "mamba", "falcon_h1", "zaya", "lfm3", "lara_mini"])
+@pytest.mark.parametrize("name", ["qwen3_5_text", "nemotron_h", "lfm2", "mamba", "falcon_h1", "zaya", "lfm3",
+                                  "lara_mini"])
 def test_a_static_padded_batch_keeps_each_row_on_its_own_path(name):
     """A left-padded batch in the static cache: the padding is kept out of the recurrent states (as model.generate
     keeps it), each row settles on its own accepted tokens, and when the short row ends (its eos) the other moves
@@ -311,16 +333,15 @@ def test_the_model_is_left_as_it_was():
     assert all("update_conv_state" not in vars(layer) for layer in cache.layers)
 
 
-def test_unfollowed_modules_fall_back_to_model_generate_and_say_why():
-    """A model whose recurrent modules lookahead does not follow yet is not refused: the call runs model.generate's
-    own decoding (its greedy tokens, a fixed seed's sample), warns with the reason, and its stats say so; the plugin
-    path (transformers calling lookahead's loop) still refuses, with the reason."""
+def test_layers_not_drafted_over_fall_back_to_model_generate_and_say_why():
+    """A model whose layers lookahead cannot draft over yet (DeepSeek-V4's compressed attention) is not refused: the
+    call runs model.generate's own decoding (its greedy tokens, a fixed seed's sample), warns with the reason, and its
+    stats say so; the plugin path (transformers calling lookahead's loop) still refuses, with the reason."""
     from lookahead.decode.fallback import FallbackWarning
 
-    model = _model("inkling_text")
+    model = _model("deepseek_v4")
     ids = F.prompt()
-    reason = (r"has recurrent layers .* that lookahead cannot take back to the accepted tokens after a rejected draft "
-              r"\(InklingShortConvolution: ")
+    reason = r"DeepseekV4ForCausalLM has layers of a kind lookahead does not know \(heavily_compressed_attention"
     with pytest.warns(FallbackWarning, match=reason):
         out, stats = lookahead.generate(model, ids, max_new_tokens=12, min_new_tokens=12, return_stats=True)
     assert out[0, ids.shape[1]:].tolist() == F.reference(model, ids, 12).tolist()

@@ -134,7 +134,10 @@ def rollback(cache, keep: int, length: int | None = None) -> None:
         return
     for layer in cache.layers:  # recurrent states are rolled back from checkpoints (`recurrent.Checkpoints`)
         if isinstance(layer, LinearAttentionCacheLayerMixin):
-            if isinstance(layer, DynamicLayer):  # a hybrid layer: its attention part is cut
+            if isinstance(layer, DynamicSlidingWindowLayer):  # a windowed hybrid layer: its attention part is cut
+                # and held to its window, its count of tokens seen (which its masks read) cut with it
+                DynamicSlidingWindowLayer.crop(layer, -extra)
+            elif isinstance(layer, DynamicLayer):  # a hybrid layer: its attention part is cut
                 DynamicLayer.crop(layer, -extra)
         elif hasattr(layer, "crop"):
             layer.crop(-extra)

@@ -45,12 +45,8 @@ except ImportError:  # older transformers: no recurrent cache layers
 # tests/test_recurrent.py::test_several_tokens_continue_a_cached_state); they step one token at a time.
 STEPPED = frozenset({"MambaMixer", "FalconMambaMixer", "Mamba2Mixer", "BambaMixer", "JambaMambaMixer",
                      "NemotronHMamba2Mixer", "Zamba2MambaMixer"})
-# Module classes whose states lookahead does not follow yet, and why (tests/test_families.py shows the refusal).
-UNFOLLOWED = {
-    "InklingShortConvolution": "its short convolutions inside sliding-window attention layers that record their past "
-                               "give other tokens than model.generate after a verification forward (it rejects drafts "
-                               "greedy would accept)",
-}
+# Module classes whose states lookahead does not follow yet, and why (`unsupported`; none in transformers 5.24).
+UNFOLLOWED: dict = {}
 
 
 _MODULES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> its recurrent modules
@@ -71,14 +67,27 @@ def keeps_states(cache) -> bool:
 def state_layers(model) -> dict:
     """{layer: (its number of states, whether it keeps keys and values beside them)} of the layers of `model` whose
     cache keeps recurrent states, as transformers' dynamic cache for its config lays them out."""
+    return {i: (layer.number_of_states, isinstance(layer, CacheLayerMixin)) for i, layer in enumerate(_layers(model))
+            if isinstance(layer, LinearAttentionCacheLayerMixin)}
+
+
+def windowed_state_layers(model) -> list:
+    """The layers of `model` that keep recurrent states beside a sliding window's keys and values (Inkling's): their
+    window is the cache layer's own, which the static cache's masks do not apply."""
+    from transformers.cache_utils import DynamicSlidingWindowLayer
+
+    return [i for i, layer in enumerate(_layers(model))
+            if isinstance(layer, LinearAttentionCacheLayerMixin) and isinstance(layer, DynamicSlidingWindowLayer)]
+
+
+def _layers(model) -> list:
+    """The layers of transformers' dynamic cache for `model`'s config (none where it cannot build one)."""
     try:
         from transformers import DynamicCache
 
-        layers = DynamicCache(config=model.config).layers
+        return DynamicCache(config=model.config).layers
     except (TypeError, ValueError, AttributeError):
-        return {}
-    return {i: (layer.number_of_states, isinstance(layer, CacheLayerMixin)) for i, layer in enumerate(layers)
-            if isinstance(layer, LinearAttentionCacheLayerMixin)}
+        return []
 
 
 def recurrent_modules(model) -> list:

@@ -33,7 +33,7 @@ from ..model.facts import ModelFacts
 from ..model.indexer import decoding_order
 from ..model.layers import CHUNKED, FULL, INDEXED, NONE, RECURRENT, SLIDING, LayerKinds
 from ..model.linear import packed_linears
-from ..model.recurrent import stepping
+from ..model.recurrent import stepping, windowed_state_layers
 from ..verify.batch import DraftBatch, Verdict
 from ..verify.greedy import greedy_accept_with_bonus
 from ..verify.rules import argmax_rows
@@ -56,6 +56,10 @@ def check_servable(model) -> ModelFacts:
     facts = ModelFacts.of(model)
     if facts.encoder_decoder:
         raise ValueError(f"lookahead serve runs decoder-only models; {facts.name} is an encoder-decoder")
+    if facts.recurrent == "" and windowed_state_layers(model):
+        raise ValueError(f"lookahead serve cannot batch {facts.name}: its layers that keep recurrent states cut their "
+                         f"sliding window by cache slot, which joined rows' slots move away from; use "
+                         f"lookahead.generate one row at a time")
     followed = (FULL, SLIDING, CHUNKED, INDEXED, NONE) + ((RECURRENT,) if facts.recurrent == "" else ())
     other = sorted({layer.name for layer in facts.layers if layer.kind not in followed})
     if other or LayerKinds.of(model.config).by_slot is not None or facts.alibi:

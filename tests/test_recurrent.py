@@ -121,26 +121,33 @@ def test_a_griffin_block_continues_its_states_as_decoding_does():
         torch.testing.assert_close(state, state_want, rtol=0, atol=1e-6)
 
 
-def test_griffin_states_follow_rows_that_leave_the_batch():
-    """RecurrentGemma's blocks hold their states themselves: when a row of a left-padded batch ends (its eos) and
-    leaves the batch, the other row's states stay its own, and both rows equal model.generate; the blocks' own
-    forward is back after the call."""
-    model = _model("recurrent_gemma")
+def _a_row_leaves(model, **kwargs):
+    """A left-padded batch of two rows drafting from their own corrupted documents, the short row ending early (its
+    eos), the other going on without it: assert each equals model.generate on its own prompt; the call's stats."""
     ids, mask = F.padded_batch()
-    rows = [ids[0:1], ids[1:2, 10:]]
-    wants = [F.reference(model, row) for row in rows]
+    wants = [F.reference(model, row) for row in (ids[0:1], ids[1:2, 10:])]
     eos = next(int(t) for t in wants[1][5:] if int(t) not in wants[0].tolist())
     model.generation_config.eos_token_id = eos
     try:
         documents = [[corrupted(wants[0], 4)], [corrupted(wants[1], 6)]]
         out, stats = lookahead.generate(model, ids, attention_mask=mask, documents=documents, draft_cost=0,
-                                        max_new_tokens=F.NEW, return_stats=True)
+                                        max_new_tokens=F.NEW, return_stats=True, **kwargs)
     finally:
         model.generation_config.eos_token_id = None
     short = wants[1].tolist().index(eos) + 1
     assert out[1, ids.shape[1]:ids.shape[1] + short].tolist() == wants[1][:short].tolist()
     assert out[0, ids.shape[1]:].tolist() == wants[0].tolist()
-    assert stats.new_tokens_by_row == [F.NEW, short] and stats.draft_tokens > stats.accepted_tokens > F.NEW // 2
+    assert stats.new_tokens_by_row == [F.NEW, short]
+    return stats
+
+
+def test_griffin_states_follow_rows_that_leave_the_batch():
+    """RecurrentGemma's blocks hold their states themselves: when a row of a left-padded batch ends (its eos) and
+    leaves the batch, the other row's states stay its own, and both rows equal model.generate; the blocks' own
+    forward is back after the call."""
+    model = _model("recurrent_gemma")
+    stats = _a_row_leaves(model)
+    assert stats.draft_tokens > stats.accepted_tokens > F.NEW // 2
     assert all("forward" not in vars(block) for block in griffin.griffin_blocks(model))
 
 
@@ -239,22 +246,8 @@ def test_a_static_padded_batch_keeps_each_row_on_its_own_path(name):
     """A left-padded batch in the static cache: the padding is kept out of the recurrent states (as model.generate
     keeps it), each row settles on its own accepted tokens, and when the short row ends (its eos) the other moves
     into a batch of one with its states (compaction): each row equals model.generate on its own prompt."""
-    model = _model(name)
-    ids, mask = F.padded_batch()
-    rows = [ids[0:1], ids[1:2, 10:]]
-    wants = [F.reference(model, row) for row in rows]
-    eos = next(int(t) for t in wants[1][5:] if int(t) not in wants[0].tolist())
-    model.generation_config.eos_token_id = eos
-    try:
-        documents = [[corrupted(wants[0], 4)], [corrupted(wants[1], 6)]]
-        out, stats = lookahead.generate(model, ids, attention_mask=mask, documents=documents, draft_cost=0,
-                                        max_new_tokens=F.NEW, cache_implementation="static", return_stats=True)
-    finally:
-        model.generation_config.eos_token_id = None
-    short = wants[1].tolist().index(eos) + 1
-    assert out[1, ids.shape[1]:ids.shape[1] + short].tolist() == wants[1][:short].tolist()
-    assert out[0, ids.shape[1]:].tolist() == wants[0].tolist()
-    assert stats.new_tokens_by_row == [F.NEW, short] and stats.accepted_tokens >= F.NEW // 3
+    stats = _a_row_leaves(_model(name), cache_implementation="static")
+    assert stats.accepted_tokens >= F.NEW // 3
 
 
 @given(length=st.integers(1, 12), heads=st.sampled_from([(2, 2), (1, 3)]), rows=st.integers(1, 2),

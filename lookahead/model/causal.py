@@ -22,7 +22,7 @@ from .cache import keep_slots, new_cache, rollback, select_rows
 from .facts import ModelFacts
 from .layers import LayerKinds, state_space
 from .griffin import BlockStates, griffin_blocks
-from .recurrent import Checkpoints, keeps_states
+from .recurrent import Checkpoints, close_states, keeps_states
 from .static import prompt_positions, prompt_sources
 
 
@@ -217,10 +217,7 @@ class CausalLM:
     def close(self, stats=None) -> None:
         """Take lookahead's hooks off the model (the call is over); add the time its recurrent states took to follow
         the accepted path to `stats.seconds["recurrent"]`."""
-        if self.states is not None:
-            self.states.close()
-            if stats is not None:
-                stats.seconds["recurrent"] = stats.seconds.get("recurrent", 0.0) + self.states.seconds
+        close_states(self.states, stats)
 
     def keep(self, rows: list) -> None:
         """Keep only the batch rows `rows`, so that finished rows cost nothing more."""

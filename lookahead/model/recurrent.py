@@ -404,6 +404,16 @@ def _replay(outputs: list, forward, x: torch.Tensor) -> torch.Tensor:
     return out[:, at:at + x.shape[1]]
 
 
+def close_states(states, stats=None) -> None:
+    """At the end of a call: take a target's state follower (`Checkpoints`, `griffin.BlockStates` or None) off the
+    model, and add the time it took to follow the accepted path to `stats.seconds["recurrent"]`."""
+    if states is None:
+        return
+    states.close()
+    if stats is not None:
+        stats.seconds["recurrent"] = stats.seconds.get("recurrent", 0.0) + states.seconds
+
+
 def select_state_rows(cache, rows: torch.Tensor) -> None:
     """Keep only the batch rows `rows` of every recurrent state (transformers' recurrent layers select no rows)."""
     for i in recurrent_layers(cache):

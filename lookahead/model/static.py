@@ -34,7 +34,7 @@ from ..runtime.jit import kernels
 from . import _kernels, alibi
 from .facts import ModelFacts
 from .layers import FULL, SLIDING, WINDOWED, LayerKinds, additive, check_windows_in_masks, state_space
-from .recurrent import Checkpoints, state_layers
+from .recurrent import Checkpoints, close_states, state_layers
 from .slot_cache import SlotCache, check_static
 
 
@@ -354,10 +354,7 @@ class StaticCausalLM:
     def close(self, stats=None) -> None:
         """Take lookahead's hooks off the model (the call is over); add the time its recurrent states took to follow
         the accepted path to `stats.seconds["recurrent"]`."""
-        if self.states is not None:
-            self.states.close()
-            if stats is not None:
-                stats.seconds["recurrent"] = stats.seconds.get("recurrent", 0.0) + self.states.seconds
+        close_states(self.states, stats)
 
     def _host(self, width: int) -> np.ndarray:
         """The host buffer of a step's inputs (a numpy view [b, 3 * width + 1]): tokens, positions, the next slot, and

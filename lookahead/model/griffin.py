@@ -33,9 +33,10 @@ def griffin_blocks(model) -> list:
 
 
 class BlockStates:
-    """The Griffin blocks of a model during one call: verification forwards step them a token at a time and record the
-    state after each token; `settle` gives each row the states after its kept tokens. The same protocol as
-    `recurrent.Checkpoints` (`forward`, `settle`, `select`, `close`, `seconds`).
+    """The Griffin blocks of a model during one call (or one served batch): verification forwards continue their states
+    and record the state after each token (`_stepped`); `settle` gives each row the states after its kept tokens;
+    between forwards the batch holds its states (`hold`), which a server's joining rows `join`. The protocol of
+    `recurrent.Checkpoints` (`forward`, `settle`, `close`, `seconds`), and `prefill`, `select`, `join`.
 
     Args:
         model: the model (its blocks are found once).

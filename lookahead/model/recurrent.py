@@ -30,10 +30,10 @@ import weakref
 
 import torch
 
+from transformers.cache_utils import CacheLayerMixin
+
 from . import delta
 from .griffin import griffin_blocks
-
-from transformers.cache_utils import CacheLayerMixin
 
 try:
     from transformers.cache_utils import LinearAttentionCacheLayerMixin
@@ -45,8 +45,6 @@ except ImportError:  # older transformers: no recurrent cache layers
 # tests/test_recurrent.py::test_several_tokens_continue_a_cached_state); they step one token at a time.
 STEPPED = frozenset({"MambaMixer", "FalconMambaMixer", "Mamba2Mixer", "BambaMixer", "JambaMambaMixer",
                      "NemotronHMamba2Mixer", "Zamba2MambaMixer"})
-# Module classes whose states lookahead does not follow yet, and why (`unsupported`; none in transformers 5.24).
-UNFOLLOWED: dict = {}
 
 
 _MODULES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> its recurrent modules
@@ -123,8 +121,6 @@ def unsupported(model) -> str | None:
             return None
         return "no module of its own reads the recurrent states from transformers' cache"
     for module in modules:
-        if type(module).__name__ in UNFOLLOWED:
-            return f"{type(module).__name__}: {UNFOLLOWED[type(module).__name__]}"
         params = inspect.signature(type(module).forward).parameters
         if "hidden_states" not in params:
             return f"{type(module).__name__} takes no hidden_states"
@@ -156,17 +152,17 @@ def _stepped(module, forward, hidden_states, cache=None, attention_mask=None, **
     return torch.cat(outs, dim=1)
 
 
-def _cut_args(args: tuple, length: int, n: int) -> tuple:
-    """Positional arguments with every tensor that runs along the step's `length` tokens (dim 1, a per-token mask
-    such as Zaya's `conv_mask`) cut to its first n."""
-    return tuple(a[:, :n] if isinstance(a, torch.Tensor) and a.dim() > 1 and a.shape[1] == length else a
-                 for a in args)
-
-
 def _cut(kwargs: dict, length: int, start: int, end: int) -> dict:
     """kwargs with every tensor that runs along the step's `length` tokens (dim 1) cut to [start, end)."""
-    return {k: v[:, start:end] if isinstance(v, torch.Tensor) and v.dim() > 1 and v.shape[1] == length else v
-            for k, v in kwargs.items()}
+    return {k: _cut_one(v, length, start, end) for k, v in kwargs.items()}
+
+
+def _cut_one(value, length: int, start: int, end: int):
+    """`value` cut to [start, end) along dim 1 where it is a tensor running along the step's `length` tokens (a
+    per-token mask, such as Zaya's positional `conv_mask`), else itself."""
+    if isinstance(value, torch.Tensor) and value.dim() > 1 and value.shape[1] == length:
+        return value[:, start:end]
+    return value
 
 
 class Checkpoints:
@@ -346,7 +342,8 @@ class Checkpoints:
                 self._put(self.saved, [saved.clone() for *_, saved in self.saved])
                 with torch.inference_mode(), self._replayed(width):
                     for module, hidden, args, kwargs in rerun:
-                        args, kwargs = _cut_args(args, width, n), _cut(kwargs, width, 0, n)
+                        args = tuple(_cut_one(arg, width, 0, n) for arg in args)
+                        kwargs = _cut(kwargs, width, 0, n)
                         if "attention_mask" in kwargs:  # every kept token is a real one
                             kwargs["attention_mask"] = None
                         module(hidden[:, :n].contiguous(), *args, **kwargs)

@@ -92,7 +92,7 @@ class SlotLayer(CacheLayerMixin):
         return self.ring or self.cache.slots
 
 
-class SlotStateLayer(LinearAttentionLayer or object, SlotLayer):
+class SlotStateLayer(*((LinearAttentionLayer,) if LinearAttentionLayer else ()), SlotLayer):
     """A layer that keeps recurrent states beside its keys and values (Falcon-H1's parallel attention and Mamba,
     Zamba2's hybrid layers, Zaya's convolved projections): its keys and values are slots (`SlotLayer`), its states
     transformers' own (`LinearAttentionLayer`)."""
@@ -140,6 +140,7 @@ class SlotCache(Cache):
         super().__init__(layers=[self._layer(i, rings.get(i)) for i in range(layers)])
 
     def _layer(self, i: int, ring: int | None):
+        """Layer i's cache layer: slots, recurrent states alone, or both."""
         if i not in self.states:
             return SlotLayer(self, i, ring)
         number, attends = self.states[i]

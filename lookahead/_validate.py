@@ -96,8 +96,7 @@ def check_recurrent(facts: ModelFacts, draft: str, config, model, rows: int = 1)
     if why is not None:
         raise ValueError(f"cache_implementation='static' is not supported for {facts.name}: {why}, which the static "
                          f"cache does not hold; leave cache_implementation unset")
-    compiled = getattr(config, "compile_config", None) is not None or facts.device.type == "cuda"
-    if compiled and not getattr(config, "disable_compile", False):
+    if _compiled_static(facts, config):
         raise ValueError(f"cache_implementation='static' would compile or capture the step of {facts.name}, whose "
                          f"recurrent states lookahead settles around an eager step: pass disable_compile=True (the "
                          f"static cache, uncompiled) or leave cache_implementation unset")
@@ -119,8 +118,7 @@ def check_alibi(facts: ModelFacts, draft: str, config, rows: int) -> None:
     if static and slots:
         raise ValueError(f"cache_implementation='static' passes a 4D attention mask; {name} builds its ALiBi biases "
                          f"from the cache length: leave cache_implementation unset")
-    compiled = getattr(config, "compile_config", None) is not None or facts.device.type == "cuda"
-    if static and compiled and not getattr(config, "disable_compile", False):
+    if static and _compiled_static(facts, config):
         raise ValueError(f"cache_implementation='static' would compile the step of {name}, whose ALiBi biases "
                          f"lookahead sets around an eager step: pass disable_compile=True (the static cache, "
                          f"uncompiled) or leave cache_implementation unset")
@@ -128,6 +126,13 @@ def check_alibi(facts: ModelFacts, draft: str, config, rows: int) -> None:
         raise ValueError(f"{name} builds its ALiBi biases from cache slots, not from the attention mask, so in a "
                          f"batch of {rows} rows the padding and the slots a row rejected would count as distance: "
                          f"pass one row at a time (input_ids of batch 1)")
+
+
+def _compiled_static(facts: ModelFacts, config) -> bool:
+    """Whether a static-cache call's step would be compiled or captured as CUDA graphs (a compile_config, or CUDA),
+    which `disable_compile=True` turns off (`model.static.static_mode`)."""
+    compiled = getattr(config, "compile_config", None) is not None or facts.device.type == "cuda"
+    return compiled and not getattr(config, "disable_compile", False)
 
 
 def _names(layers) -> str:

@@ -14,6 +14,9 @@ import warnings
 import numpy as np
 import torch
 
+from ..model.static import prompt_sources
+from .loop import token_ids
+
 
 class FallbackWarning(UserWarning):
     """`lookahead.generate` ran `model.generate`'s own decoding: no drafts were verified (`GenerationStats.fallback`
@@ -45,8 +48,8 @@ def plain_generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
     stats.new_tokens = stats.row_forwards = sum(counts)
     stats.forward_passes = max(counts, default=0)
     if settings.memory is not None:
-        for prompt, mask, row, n in zip(input_ids.cpu().numpy(), attention_mask.cpu().numpy(), new, counts):
-            settings.memory.add_tokens(np.concatenate([prompt[mask.astype(bool)], row[:n]]))
+        for prompt, row, n in zip(prompt_sources(input_ids, attention_mask), new, counts):
+            settings.memory.add_tokens(np.concatenate([prompt.cpu().numpy(), row[:n]]))
     if not isinstance(out, torch.Tensor):
         out["lookahead_stats"] = stats
     return out
@@ -74,9 +77,7 @@ def _seeded(generator, device: torch.device):
 def _eos(override, config, kwargs: dict) -> set:
     """The ids that end a row: lookahead's eos_token_id, else the one passed, else the generation config's."""
     ids = override if override is not None else kwargs.get("eos_token_id", getattr(config, "eos_token_id", None))
-    if ids is None:
-        return set()
-    return {int(ids)} if isinstance(ids, int) else {int(i) for i in ids}
+    return set(token_ids(ids))
 
 
 def _length(row: np.ndarray, eos: set) -> int:

@@ -102,30 +102,22 @@ def check_recurrent(facts: ModelFacts, draft: str, config, model, rows: int = 1)
                          f"static cache, uncompiled) or leave cache_implementation unset")
 
 
-def check_alibi(facts: ModelFacts, draft: str, config, rows: int) -> None:
-    """Raise ValueError, before any forward, for what ALiBi biases (`facts.alibi`) cannot take: where the biases
-    follow the cache's slots rather than the 2D mask (MPT), a tree (its nodes' biases must follow their depths), the
-    static cache or a batch of several rows (the slots a row rejected stay between its keys); Bloom's and Falcon's
-    compiled static step (the biases are set around an eager one). Their trees and eager static steps run with each
-    key biased by its own position (`model.alibi`). `config`: the call's generation config."""
+def check_alibi(facts: ModelFacts, config, rows: int) -> None:
+    """Raise ValueError, before any forward, for what ALiBi biases (`facts.alibi`) cannot take: a compiled static
+    step (the biases are set around an eager one); where the biases are one line for every row (MPT: "slots"), a
+    batch of several rows (a row's padding and rejected slots would count as distance). Trees and eager static steps
+    run with each key biased by its own position (`model.alibi`). `config`: the call's generation config."""
     if not facts.alibi:
         return
-    name, slots = facts.name, facts.alibi == "slots"
-    static = getattr(config, "cache_implementation", None) == "static"
-    if draft == "tree" and slots:
-        raise ValueError(f"draft='tree' needs biases that follow each tree node's depth; {name} builds its ALiBi "
-                         f"biases from the cache length, not from a tree's mask: use draft='chain' (exact with ALiBi)")
-    if static and slots:
-        raise ValueError(f"cache_implementation='static' passes a 4D attention mask; {name} builds its ALiBi biases "
-                         f"from the cache length: leave cache_implementation unset")
-    if static and _compiled_static(facts, config):
+    name = facts.name
+    if getattr(config, "cache_implementation", None) == "static" and _compiled_static(facts, config):
         raise ValueError(f"cache_implementation='static' would compile the step of {name}, whose ALiBi biases "
                          f"lookahead sets around an eager step: pass disable_compile=True (the static cache, "
                          f"uncompiled) or leave cache_implementation unset")
-    if slots and rows > 1:
-        raise ValueError(f"{name} builds its ALiBi biases from cache slots, not from the attention mask, so in a "
-                         f"batch of {rows} rows the padding and the slots a row rejected would count as distance: "
-                         f"pass one row at a time (input_ids of batch 1)")
+    if facts.alibi == "slots" and rows > 1:
+        raise ValueError(f"{name} builds its ALiBi biases from cache slots, one line for every row, so in a batch of "
+                         f"{rows} rows the padding and the slots a row rejected would count as distance: pass one "
+                         f"row at a time (input_ids of batch 1)")
 
 
 def _compiled_static(facts: ModelFacts, config) -> bool:

@@ -204,7 +204,7 @@ def _decode(model, input_ids, logits_processor, stopping_criteria, generation_co
     if not facts.encoder_decoder:  # its attention_mask is the encoder's, which may pad on either side
         V.check_left_padded(model_kwargs.get("attention_mask"))
     V.check_recurrent(facts, settings.draft, generation_config, model, input_ids.shape[0])
-    V.check_alibi(facts, settings.draft, generation_config, input_ids.shape[0])
+    V.check_alibi(facts, generation_config, input_ids.shape[0])
     check_slot_windows(LayerKinds.of(model.config), facts.name, settings.draft, input_ids.shape[0],
                        getattr(generation_config, "cache_implementation", None) == "static")
     eos = settings.eos if settings.eos is not None else token_ids(generation_config.eos_token_id)

@@ -189,10 +189,6 @@ REFUSALS = [
                                                    r"states beside a sliding window)"),
     ("recurrent window by slot", ("batch",), r"a batch of \d+ rows is not supported for .*: its layers that keep "
                                              r"recurrent states cut their sliding window by cache slot"),
-    ("ALiBi from slots", ("suffix_tree", "recycle_tree"), r"draft='tree' needs biases that follow each tree node's "
-                                                          r"depth"),
-    ("ALiBi from slots", ("static",), r"cache_implementation='static' passes a 4D attention mask; .* builds its "
-                                      r"ALiBi biases from the cache length"),
     ("ALiBi from slots", ("batch",), r"builds its ALiBi biases from cache slots"),
     ("window its masks ignore", ("static",), r"names a window of \d+ tokens that its forward's attention masks do "
                                              r"not apply"),

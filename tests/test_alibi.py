@@ -1,12 +1,13 @@
-"""ALiBi families (Bloom; Falcon with alibi=True) verify trees exactly, in the dynamic and the static cache: each key
-is biased by its own position, not its slot (`model/alibi.py`); drafts rejected part-way, in one row and in
-left-padded batches, give model.generate's tokens; MPT, whose biases follow cache slots, and a compiled static step
-are refused by name."""
+"""ALiBi families (Bloom; Falcon with alibi=True; MPT) verify trees exactly, in the dynamic and the static cache: each
+key is biased by its own position, not its slot (`model/alibi.py`); drafts rejected part-way, in one row and in
+left-padded batches, give model.generate's tokens; a batch of MPT rows (one bias line for all) and a compiled static
+step are refused by name."""
+import contextlib
 import sys
 
 import pytest
 import torch
-from transformers import CompileConfig
+from transformers import CompileConfig, DynamicCache
 
 import families as F
 import lookahead
@@ -14,7 +15,8 @@ from lookahead.model import alibi
 from lookahead.model.facts import alibi_builder
 from test_recurrent import corrupted
 
-ALIBI = ["bloom", "falcon_alibi"]
+ALIBI = ["bloom", "falcon_alibi", "mpt"]
+MASK_ALIBI = ["bloom", "falcon_alibi"]  # biases from the 2D mask, per row: batches too
 
 
 def _model(name):
@@ -39,7 +41,7 @@ def test_partly_accepted_trees_give_generate_tokens(name, lookup, cache):
     assert stats.accepted_tokens >= F.NEW // 2 and stats.draft_tokens - stats.accepted_tokens >= 4
 
 
-@pytest.mark.parametrize("name", ALIBI)
+@pytest.mark.parametrize("name", MASK_ALIBI)
 @pytest.mark.parametrize("cache", [None, "static"])
 def test_a_padded_batch_of_trees_biases_each_row_by_its_own_positions(name, cache):
     """Two left-padded rows of different lengths drafting trees from their own corrupted documents: each row equals
@@ -72,16 +74,46 @@ def test_biases_are_the_builders_own_values_at_each_position():
             torch.testing.assert_close(got[r, :, k], line[:, positions[r, k]], rtol=0, atol=0)
 
 
+def test_a_later_branch_is_biased_by_its_depth_not_its_slot():
+    """MPT (biases from cache slots): a tree forward over x, y (x's child), z (x's child), w (z's child) after a
+    cached prompt gives, at x, z and w, the logits of a plain forward over the prompt then x z w, where z sits one
+    slot further than its depth; without `from_positions` it does not."""
+    model = _model("mpt")
+    ids, tree = F.prompt(), torch.tensor([[5, 6, 7, 8]])
+    p, parent, depth = ids.shape[1], [-1, 0, 0, 2], torch.tensor([0, 1, 1, 2])
+    sees = torch.eye(4, dtype=torch.bool)
+    for node in range(4):
+        up = parent[node]
+        while up >= 0:
+            sees[node, up], up = True, parent[up]
+    allowed = torch.cat([torch.ones(4, p, dtype=torch.bool), sees], 1)
+    mask = torch.zeros(1, 1, 4, p + 4).masked_fill(~allowed, torch.finfo(torch.float32).min)
+    key_pos = torch.cat([torch.arange(p), p + depth])[None]
+
+    def tree_logits(biased: bool) -> torch.Tensor:
+        cache = DynamicCache(config=model.config)
+        with torch.no_grad():
+            model(ids, cache=cache, use_cache=True)
+            with alibi.from_positions(model, key_pos, "slots") if biased else contextlib.nullcontext():
+                return model(tree, attention_mask=mask, cache=cache, use_cache=True).logits[0, [0, 2, 3]]
+
+    with torch.no_grad():
+        path = model(torch.cat([ids, tree[:, [0, 2, 3]]], 1)).logits[0, p:]
+    torch.testing.assert_close(tree_logits(True), path, rtol=0, atol=1e-4)
+    assert (tree_logits(False) - path).abs().max() > 1e-2
+
+
 @pytest.mark.parametrize("name, kwargs, message", [
-    ("mpt", {"lookup": "suffix", "draft": "tree"}, r"builds its ALiBi biases from the cache length"),
-    ("mpt", {"cache_implementation": "static"}, r"builds its ALiBi biases from the cache length"),
+    ("mpt", {"attention_mask": torch.ones((2, 40), dtype=torch.long)},
+     r"builds its ALiBi biases from cache slots, one line for every row, so in a batch of 2 rows"),
     ("bloom", {"cache_implementation": "static", "compile_config": CompileConfig()},
      r"would compile the step of .*: pass disable_compile=True"),
 ])
 def test_what_alibi_cannot_take_is_refused_by_name(name, kwargs, message):
     model = _model(name)
     with pytest.raises(ValueError, match=message):
-        lookahead.generate(model, F.prompt(), max_new_tokens=8, **kwargs)
+        ids = F.prompt() if "attention_mask" not in kwargs else F.prompt().repeat(2, 1)
+        lookahead.generate(model, ids, max_new_tokens=8, **kwargs)
 
 
 if __name__ == "__main__":

@@ -148,8 +148,9 @@ class CausalLM:
         tokens, positions, mask = self._chain_inputs(last, batch) if batch.chain else self._tree_inputs(last, batch)
         if self.kinds.windowed:
             mask = self._layer_masks(mask, positions)
-        biases = alibi.from_positions(self.model, self._key_positions(to_device(positions, self._slots.device))) \
-            if self.facts.alibi == "mask" and not batch.chain else contextlib.nullcontext()  # ALiBi by node depth
+        biases = alibi.from_positions(self.model, self._key_positions(to_device(positions, self._slots.device)),
+                                      self.facts.alibi) \
+            if self.facts.alibi and not batch.chain else contextlib.nullcontext()  # ALiBi by node depth
         with self.states.forward() if self.states is not None else contextlib.nullcontext(), biases:
             logits = self.model(input_ids=to_device(tokens, device), attention_mask=mask if self.attends else None,
                                 use_cache=True,

@@ -67,7 +67,7 @@ class _State:
         self.attends = not state_space(facts.layers)  # a state-space model takes no attention mask in its steps
         self.kv, self.dtype = facts.kv, facts.dtype  # the keyword the model's forward takes the cache by
         self.kinds = kinds  # windowed layers get masks of their own, by position
-        self.alibi = facts.alibi == "mask"  # ALiBi biases from each key's position (`model.alibi`)
+        self.alibi = facts.alibi  # ALiBi biases from each key's position (`model.alibi`): how the model builds them
         self.prompt_valid = torch.zeros((batch, slots), dtype=torch.bool, device=device)
         self.start = torch.zeros((), dtype=torch.long, device=device)  # first slot after the prompts
         self.inputs, self.outputs, self.graphs = {}, {}, {}  # outputs: width -> (logits, argmax) of its graph
@@ -145,7 +145,7 @@ def _step(model, state: _State, inputs: torch.Tensor) -> tuple:
         mask = state.kinds.masks(allowed, key_pos, positions, state.dtype, views)
     else:
         mask = additive(allowed, state.dtype) if state.attends else None
-    with alibi.from_positions(model, key_pos) if state.alibi else contextlib.nullcontext():
+    with alibi.from_positions(model, key_pos, state.alibi) if state.alibi else contextlib.nullcontext():
         logits = model(input_ids=tokens, attention_mask=mask, position_ids=positions,
                        **{state.kv: state.cache}, use_cache=True,
                        cache_position=torch.arange(width, device=inputs.device)).logits
@@ -238,7 +238,7 @@ class StaticCausalLM:
                 mask = {**mask, **padding} if isinstance(mask, dict) else self.mask
         state.cache.prefilling = True
         try:
-            with alibi.from_positions(self.model, key_pos) if state.alibi else contextlib.nullcontext():
+            with alibi.from_positions(self.model, key_pos, state.alibi) if state.alibi else contextlib.nullcontext():
                 logits = self.model(input_ids=self.input_ids, attention_mask=mask,
                                     position_ids=positions, **{state.kv: state.cache}, use_cache=True,
                                     cache_position=torch.arange(p, device=dev), **self.facts.last_logits_only()).logits

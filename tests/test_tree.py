@@ -165,3 +165,30 @@ def test_no_draft_tokens_is_plain_decoding_for_trees_too():
                           return_stats=True)
     assert torch.equal(out, model.generate(ids, do_sample=False, max_new_tokens=20))
     assert stats.draft_tokens == 0 and stats.forward_passes == 20
+
+
+@pytest.mark.parametrize("chain", [True, False])
+def test_by_row_takes_each_rows_own_rule(chain):
+    """The server's batch (`rules.by_row`): its greedy rows get what `rules.greedy` gives them as a batch of their
+    own (chains and trees, rejected part-way), every other row what its own `pick` returns, in its place."""
+    from lookahead.index.draft import Draft
+    from lookahead.verify import rules
+    from lookahead.verify.batch import DraftBatch
+
+    vocab, rng = 12, np.random.default_rng(0)
+    drafts = [Draft.chain(np.array([3, 4, 5])), Draft.chain(np.array([6])), Draft.chain(np.array([7, 8]))] if chain \
+        else [Draft(np.array([3, 9, 4]), np.array([-1, -1, 0]), np.ones(3), 1),
+              Draft(np.array([6, 1]), np.array([-1, 0]), np.ones(2), 1),
+              Draft(np.array([7, 2, 8]), np.array([-1, 0, 0]), np.ones(3), 1)]
+    batch = DraftBatch.pack(drafts, chain)
+    scores = torch.from_numpy(rng.standard_normal((3, batch.width + 1, vocab))).float()
+    for i, d in enumerate(drafts):  # row i's target agrees with its draft's first node, then not
+        scores[i, 0, int(d.tokens[0])] = 10.0
+    picked = {1: ([0], 11)}
+    verdict = rules.by_row(batch, scores, np.array([0, 2]), lambda i: picked[i])
+    alone = rules.greedy(DraftBatch.pack([drafts[0], drafts[2]], chain), scores[[0, 2]])
+    assert verdict.counts.tolist() == [alone.counts[0], 1, alone.counts[1]]
+    assert verdict.bonus.tolist() == [alone.bonus[0], 11, alone.bonus[1]]
+    assert verdict.counts[0] >= 1 and verdict.counts[2] >= 1
+    if not chain:
+        assert verdict.paths == [alone.paths[0], [0], alone.paths[1]]

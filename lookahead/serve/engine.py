@@ -35,9 +35,7 @@ from ..model.layers import CHUNKED, FULL, INDEXED, NONE, RECURRENT, SLIDING, Lay
 from ..model.linear import packed_linears
 from ..model.recurrent import stepping, windowed_state_layers
 from ..verify.batch import DraftBatch, Verdict
-from ..verify.greedy import greedy_accept_with_bonus
-from ..verify.rules import argmax_rows
-from ..verify.tree import greedy_tree_accept
+from ..verify.rules import argmax_rows, by_row
 from .batch import ServingLM
 
 logger = logging.getLogger("lookahead.serve")
@@ -252,27 +250,10 @@ class Engine:
         return batch_width(chances, reach, self.times.costs(len(rows), int(reach.max()), least))
 
     def _accept(self, rows: list, batch: DraftBatch, logits: torch.Tensor) -> Verdict:
-        """Each row's accepted path and next token: greedy rows together, sampling rows each with its own rule."""
-        b = len(rows)
-        greedy = [i for i, row in enumerate(rows) if row.sampling.greedy]
-        counts, bonus = np.zeros(b, dtype=np.int64), np.zeros(b, dtype=np.int64)
-        paths = [[] for _ in range(b)]
-        if greedy:
-            g = np.array(greedy)
-            targets = argmax_rows(logits, torch.from_numpy(g), batch.width + 1)  # [g, N+1]
-            if batch.chain:
-                counts[g], bonus[g] = greedy_accept_with_bonus(batch.tokens[g], batch.sizes[g], targets)
-            else:
-                found, bonus[g] = greedy_tree_accept(batch.tokens[g], batch.parents[g], batch.sizes[g], targets)
-                for i, path in zip(greedy, found):
-                    paths[i] = path
-        for i, row in enumerate(rows):
-            if not row.sampling.greedy:
-                paths[i], bonus[i] = row.pick(logits[i], batch.drafts[i])
-                counts[i] = len(paths[i])
-        if batch.chain:  # a chain's accepted path is its first counts[i] nodes
-            return Verdict(counts, bonus)
-        return Verdict.of_paths(paths, bonus)
+        """Each row's accepted path and next token (`rules.by_row`): greedy rows together, sampling rows each with
+        its own rule and generator."""
+        greedy = np.array([i for i, row in enumerate(rows) if row.sampling.greedy], dtype=np.int64)
+        return by_row(batch, logits, greedy, lambda i: rows[i].pick(logits[i], batch.drafts[i]))
 
     def _drop(self, done: list) -> None:
         """Remove the done and cancelled rows from the batch (and its cache)."""

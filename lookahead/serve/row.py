@@ -193,16 +193,11 @@ class Row:
     def pick(self, logits: torch.Tensor, draft: Draft) -> tuple:
         """A sampling row's acceptance over its own columns logits [n + 1, V]: (accepted node indices, next)."""
         from ..verify.rules import sample
-        from ..verify.tree import sample_tree_accept
 
         batch = DraftBatch.pack([draft], self.chain or draft.is_chain)
-        scores = self.sampling.warp(logits[: len(draft) + 1])[None]
-        if batch.chain:
-            verdict = sample(batch, scores, self.generator)
-            return list(range(int(verdict.counts[0]))), int(verdict.bonus[0])
-        paths, bonus = sample_tree_accept(batch.tokens, batch.parents, batch.sizes, torch.softmax(scores, -1),
-                                          self.generator)
-        return paths[0], int(bonus[0])
+        verdict = sample(batch, self.sampling.warp(logits[: len(draft) + 1])[None], self.generator)
+        path = list(range(int(verdict.counts[0]))) if verdict.paths is None else verdict.paths[0]
+        return path, int(verdict.bonus[0])
 
     def learn(self, draft: Draft, path: list) -> None:
         """Teach the draft policy what was accepted of `draft` (the accepted node indices `path`); count it."""

@@ -1,7 +1,8 @@
 """Which acceptance rule a call uses: greedy, or speculative sampling from the processed distribution.
 
 A rule maps a `DraftBatch` and the processed scores of its forward [b, N+1, V] to a `Verdict`. Chains take the
-vectorised rules (`greedy_accept`, `sample_accept`), trees walk their branches (`verify/tree.py`).
+vectorised rules (`greedy_accept`, `sample_accept`), trees walk their branches (`verify/tree.py`). A call has one
+rule (`acceptance_rule`); the server's batch, whose rows bring their own, takes each row's (`by_row`).
 """
 from __future__ import annotations
 
@@ -39,6 +40,30 @@ def greedy(batch: DraftBatch, scores: torch.Tensor, argmax_of=None) -> Verdict:
     if batch.chain:
         return Verdict(*greedy_accept_with_bonus(batch.tokens, batch.sizes, targets))
     return Verdict.of_paths(*T.greedy_tree_accept(batch.tokens, batch.parents, batch.sizes, targets))
+
+
+def by_row(batch: DraftBatch, scores: torch.Tensor, greedy_rows: np.ndarray, pick) -> Verdict:
+    """Rows of one batch under their own rules (the server's, whose rows each bring theirs): the greedy rows
+    (`greedy_rows`, row indices) together by `greedy`'s rule on their own scores only; every other row i by
+    `pick(i)` -> (its accepted node indices, its next token), its own sampling rule and generator."""
+    b = len(batch.sizes)
+    counts, bonus = np.zeros(b, dtype=np.int64), np.zeros(b, dtype=np.int64)
+    paths = [[] for _ in range(b)]
+    if len(greedy_rows):
+        g = greedy_rows
+        targets = argmax_rows(scores, torch.from_numpy(g), batch.width + 1)  # [g, N+1]
+        if batch.chain:
+            counts[g], bonus[g] = greedy_accept_with_bonus(batch.tokens[g], batch.sizes[g], targets)
+        else:
+            found, bonus[g] = T.greedy_tree_accept(batch.tokens[g], batch.parents[g], batch.sizes[g], targets)
+            for i, path in zip(g.tolist(), found):
+                paths[i] = path
+    for i in sorted(set(range(b)) - set(greedy_rows.tolist())):
+        paths[i], bonus[i] = pick(i)
+        counts[i] = len(paths[i])
+    if batch.chain:  # a chain's accepted path is its first counts[i] nodes
+        return Verdict(counts, bonus)
+    return Verdict.of_paths(paths, bonus)
 
 
 def argmax(scores: torch.Tensor) -> np.ndarray:

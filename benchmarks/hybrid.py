@@ -8,6 +8,7 @@ call spent taking checkpoints and settling recurrent states on the accepted path
     python benchmarks/hybrid.py                      # 4 traces per workload, 512-token contexts, 128 new tokens
     python benchmarks/hybrid.py --traces 2 --max-new 32 --layers 4   # a quick look
     python benchmarks/hybrid.py --shape recurrent_gemma               # Griffin blocks (RecurrentGemma) instead
+    python benchmarks/hybrid.py --shape deepseek_v4                   # DeepSeek-V4's compressed attention
     python benchmarks/hybrid.py --cache static                        # lookahead on the static cache (eager)
 
 Each trace runs greedy and lookahead in turn, on both models, so drift in the machine's speed falls on all alike.
@@ -33,6 +34,8 @@ def model(kind: str, layers: int, shape: str = "qwen3_5"):
     shaped like Qwen3.5-text (gated delta nets) or RecurrentGemma (Griffin blocks: a convolution and the RG-LRU)."""
     if shape == "recurrent_gemma":
         return griffin(kind, layers)
+    if shape == "deepseek_v4":
+        return deepseek_v4(kind, layers)
     from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
 
     types = ["linear_attention", "linear_attention", "linear_attention", "full_attention"] * (layers // 4)
@@ -45,6 +48,24 @@ def model(kind: str, layers: int, shape: str = "qwen3_5"):
                                bos_token_id=EOS, eos_token_id=EOS, pad_token_id=EOS)
     torch.manual_seed(0)
     return Qwen3_5ForCausalLM(config).eval()
+
+
+def deepseek_v4(kind: str, layers: int):
+    """A random DeepSeek-V4 of hidden 1024 (8 heads of 128, window 128, 8 experts of 512, 2 per token): compressed
+    sparse and heavily compressed attention in turns ("hybrid": entries every 4 and 128 tokens, an indexer keeping 64)
+    or sliding-window attention alone ("attention")."""
+    from transformers import DeepseekV4Config, DeepseekV4ForCausalLM
+
+    types = ["compressed_sparse_attention", "heavily_compressed_attention"] * (layers // 2) if kind == "hybrid" \
+        else ["sliding_attention"] * layers
+    config = DeepseekV4Config(vocab_size=VOCAB, hidden_size=1024, num_hidden_layers=layers, layer_types=types,
+                              num_attention_heads=8, head_dim=128, q_lora_rank=256, o_lora_rank=256, o_groups=2,
+                              index_n_heads=8, index_head_dim=64, index_topk=64, n_routed_experts=8,
+                              num_experts_per_tok=2, moe_intermediate_size=512, intermediate_size=512,
+                              sliding_window=128, max_position_embeddings=4096, bos_token_id=EOS, eos_token_id=EOS,
+                              pad_token_id=EOS)
+    torch.manual_seed(0)
+    return DeepseekV4ForCausalLM(config).eval()
 
 
 def griffin(kind: str, layers: int):
@@ -138,8 +159,9 @@ def main(argv=None) -> None:
     parser.add_argument("--layers", type=int, default=4, help="layers, a multiple of 4 (default 4)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
     parser.add_argument("--data-dir", default=None, help="../shared/data by default")
-    parser.add_argument("--shape", default="qwen3_5", choices=("qwen3_5", "recurrent_gemma"),
-                        help="the hybrid's recurrent layers: gated delta nets (qwen3_5, default) or Griffin blocks")
+    parser.add_argument("--shape", default="qwen3_5", choices=("qwen3_5", "recurrent_gemma", "deepseek_v4"),
+                        help="the hybrid's recurrent layers: gated delta nets (qwen3_5, default), Griffin blocks, or "
+                             "DeepSeek-V4's compressed attention against its sliding window alone")
     parser.add_argument("--cache", default=None, choices=("static",),
                         help="lookahead's cache_implementation (default: the dynamic cache; greedy keeps its own)")
     args = parser.parse_args(argv)

@@ -6,7 +6,7 @@ import torch
 from ._checks import check_int  # noqa: F401  (re-exported: one integer check for the whole package)
 from .model.cache import FOLLOWED_CACHES
 from .model.facts import ModelFacts, forward_parameters, takes_keywords
-from .model.layers import KNOWN, NONE, RECURRENT, state_space
+from .model.layers import COMPRESSED, KNOWN, NONE, RECURRENT, state_space
 
 
 def check_model(model, fallback: bool = False) -> str | None:
@@ -100,6 +100,28 @@ def check_recurrent(facts: ModelFacts, draft: str, config, model, rows: int = 1)
         raise ValueError(f"cache_implementation='static' would compile or capture the step of {facts.name}, whose "
                          f"recurrent states lookahead settles around an eager step: pass disable_compile=True (the "
                          f"static cache, uncompiled) or leave cache_implementation unset")
+
+
+def check_compressed(facts: ModelFacts, draft: str, static: bool, rows: int) -> None:
+    """Raise ValueError, before any forward, for what compressed attention layers (DeepSeek-V4's HCA and CSA,
+    `model.compressed`) cannot verify: a tree (a window folds a row's tokens in order, siblings included), a batch of
+    several rows (one count of compressed entries for every row; transformers' own padded batch differs from each
+    row alone too), the static cache (`static`: its slots hold no compressor state; transformers' own static cache
+    cannot be built for these layers)."""
+    if not any(layer.kind == COMPRESSED for layer in facts.layers):
+        return
+    name = facts.name
+    if draft == "tree":
+        raise ValueError(f"draft='tree' is not supported for {name}: its compressed attention folds a row's "
+                         f"tokens in order, a window at a time, into one entry, so a tree's branches cannot share a "
+                         f"forward; use draft='chain' (the default: exact)")
+    if rows > 1:
+        raise ValueError(f"a batch of {rows} rows is not supported for {name}: its compressed attention layers count "
+                         f"their entries once for every row; pass one row at a time (input_ids of batch 1)")
+    if static:
+        raise ValueError(f"cache_implementation='static' is not supported for {name}: its compressed attention "
+                         f"layers keep their buffers and entries in their own cache layers, which the static cache "
+                         f"does not hold; leave cache_implementation unset")
 
 
 def check_alibi(facts: ModelFacts, config, rows: int) -> None:

@@ -167,6 +167,9 @@ def generate(
     if reason is not None:  # layers lookahead cannot draft over yet: model.generate's own decoding, said
         out = plain_generate(model, input_ids, attention_mask, kwargs, settings, reason)
         return (out, settings.stats) if return_stats else out
+    static = (kwargs.get("cache_implementation") or getattr(model.generation_config, "cache_implementation", None))
+    V.check_compressed(facts, settings.draft, static == "static", input_ids.shape[0])  # before transformers builds a
+    # static cache it has no layers for
     out = model.generate(input_ids, attention_mask=attention_mask, custom_generate=decode, lookahead=settings, **kwargs)
     return (out, settings.stats) if return_stats else out
 
@@ -205,6 +208,8 @@ def _decode(model, input_ids, logits_processor, stopping_criteria, generation_co
         V.check_left_padded(model_kwargs.get("attention_mask"))
     V.check_recurrent(facts, settings.draft, generation_config, model, input_ids.shape[0])
     V.check_alibi(facts, generation_config, input_ids.shape[0])
+    V.check_compressed(facts, settings.draft, getattr(generation_config, "cache_implementation", None) == "static",
+                       input_ids.shape[0])
     check_slot_windows(LayerKinds.of(model.config), facts.name, settings.draft, input_ids.shape[0],
                        getattr(generation_config, "cache_implementation", None) == "static")
     eos = settings.eos if settings.eos is not None else token_ids(generation_config.eos_token_id)

@@ -194,6 +194,9 @@ REFUSALS = [
                                              r"not apply"),
     ("local window by slot", ("suffix_tree", "recycle_tree", "static", "batch"),
      r"is not supported for .*: its local attention layers cut their window of \d+ tokens by cache slot"),
+    ("compressed", ("suffix_tree", "recycle_tree"), r"draft='tree' is not supported for .*: its compressed attention"),
+    ("compressed", ("static",), r"cache_implementation='static' is not supported for .*: its compressed attention"),
+    ("compressed", ("batch",), r"a batch of \d+ rows is not supported for .*: its compressed attention"),
 ]
 # features whose every call runs model.generate's own decoding, said by a FallbackWarning (`lookahead.decode.fallback`):
 # (feature, the warning's reason pattern)
@@ -205,10 +208,6 @@ FALLBACKS = [
     ("own cache class", r"keeps its state in a cache of its own"),
 ]
 KNOWN_FAILURES = {  # (family, call) -> why it fails for now: xfail, not strict
-    ("deepseek_v4", "static"): "the fallback runs transformers' own static generate, which fails on it (KeyError: "
-                               "'heavily_compressed_attention')",
-    ("deepseek_v4", "batch"): "the fallback runs transformers' own generate, whose left-padded batch differs from the "
-                              "short row alone (its compressed attention reads the padding)",
     ("rwkv", "batch"): "the fallback runs transformers' own generate, whose left-padded batch differs from the short "
                        "row alone (RWKV's state reads the padding)",
     ("xlnet", "batch"): "the fallback runs transformers' own generate, whose left-padded batch differs from the short "
@@ -223,7 +222,7 @@ def features(model) -> set:
     from lookahead.model.facts import ModelFacts, forward_parameters
     from lookahead.model.griffin import griffin_blocks
     from lookahead.model.recurrent import windowed_state_layers
-    from lookahead.model.layers import KNOWN, NONE, RECURRENT, LayerKinds, check_windows_in_masks
+    from lookahead.model.layers import COMPRESSED, KNOWN, NONE, RECURRENT, LayerKinds, check_windows_in_masks
 
     found = set()
     if not {"cache", "past_key_values"} & forward_parameters(model):
@@ -239,6 +238,8 @@ def features(model) -> set:
             found.add("recurrent window by slot")
     if any(kind not in KNOWN for kind in kinds):
         found.add("unknown layer kind")
+    if COMPRESSED in kinds:
+        found.add("compressed")
     if own:
         found.add("own cache class")
     if facts.alibi:
@@ -348,7 +349,7 @@ SHORT = [  # message pattern -> the short reason the table shows
     (r"cache of its own", "own cache"), (r"does not know", "unknown layer kind"), (r"ALiBi", "ALiBi"),
     (r"local attention layers", "local window by slot"),
     (r"recurrent states cut their sliding window", "recurrent window by slot"),
-    (r"masks do not apply", "window its masks ignore"),
+    (r"masks do not apply", "window its masks ignore"), (r"compressed attention", "compressed"),
 ]
 
 

@@ -112,3 +112,61 @@ def test_served_rows_pick_their_keys_on_their_own():
     from test_serve import served_family
 
     served_family("deepseek_v32")
+
+
+V4 = {"compress_rates": {"compressed_sparse_attention": 4, "heavily_compressed_attention": 8}}  # windows that close
+# within a step (the tiny default folds every 128 tokens for its HCA layer)
+
+
+def _v4(extra=None):
+    if "deepseek_v4" not in F.causal_types():
+        pytest.skip("transformers has no deepseek_v4")
+    return F.build("deepseek_v4", extra) if extra else F.tiny_model("deepseek_v4")
+
+
+@pytest.mark.parametrize("prompt_length", [12, 33, 36, 37, 41])
+def test_compressed_attention_over_several_tokens_continues_a_cached_state(prompt_length):
+    """DeepSeek-V4 (compressed attention): inside `decoding_order`, a forward over six tokens from a cached prompt
+    gives the logits six one-token forwards give (its indexer's top k, over entries later tokens close, breaks ReLU
+    ties otherwise: 1.03 apart at one position after 36 tokens, checked)."""
+    from transformers import DynamicCache
+
+    model = _v4(V4)
+    ids, more = F.prompt(length=48)[:, :prompt_length], F.prompt(length=48, seed=1)[:, :6]
+    positions = torch.arange(prompt_length, prompt_length + 6)[None]
+    with torch.no_grad():
+        cache = DynamicCache(config=model.config)
+        model(ids, cache=cache, use_cache=True)
+        with decoding_order(model):
+            many = model(more, cache=cache, use_cache=True, position_ids=positions).logits[0]
+        cache = DynamicCache(config=model.config)
+        model(ids, cache=cache, use_cache=True)
+        one = torch.cat([model(more[:, i:i + 1], cache=cache, use_cache=True, position_ids=positions[:, i:i + 1]).logits[0]
+                         for i in range(6)])
+    torch.testing.assert_close(many, one, rtol=0, atol=1e-4)  # fp32 sums in another order; a tie broken: ~1
+
+
+@pytest.mark.parametrize("extra", [None, V4])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_compressed_attention_follows_the_accepted_path(extra, seed):
+    """Drafts from a document that agrees with greedy's output except at every fifth token: partly accepted,
+    rejected after, and the tokens are model.generate's, with no fallback (each compressed layer's window, buffers,
+    entries and overlap set back and refolded over the kept tokens: without it, or with the window alone set back,
+    none of these three equal greedy's, checked)."""
+    model = _v4(extra)
+    ids = F.prompt(seed=seed)
+    want = F.reference(model, ids)
+    out, stats = lookahead.generate(model, ids, documents=[corrupted(want)], draft_cost=0, max_new_tokens=F.NEW,
+                                    min_new_tokens=F.NEW, return_stats=True)
+    assert out[0, ids.shape[1]:].tolist() == want.tolist()
+    assert stats.fallback is None and stats.accepted_tokens >= F.NEW // 3
+    assert stats.draft_tokens - stats.accepted_tokens >= 4
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"lookup": "suffix", "draft": "tree"}, r"draft='tree' is not supported for .*: its compressed attention"),
+    ({"cache_implementation": "static"}, r"cache_implementation='static' is not supported for .*: its compressed"),
+])
+def test_what_compressed_attention_cannot_take_is_refused_by_name(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        lookahead.generate(_v4(), F.prompt(), max_new_tokens=8, **kwargs)

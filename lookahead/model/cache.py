@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache, EncoderDecoderCache
 
+from .compressed import compressed_layers
 from .recurrent import LinearAttentionCacheLayerMixin, recurrent_layers, select_state_rows
 
 FOLLOWED_CACHES = ("MiniMaxCache",)  # caches of a model's own whose states lookahead follows (`linear_cache`)
@@ -129,10 +130,13 @@ def rollback(cache, keep: int, length: int | None = None) -> None:
         for layer in cache.layers:
             layer.crop(-extra)
         return
-    if not recurrent_layers(cache):
+    if not recurrent_layers(cache) and not compressed_layers(cache):
         cache.crop(-extra)
         return
-    for layer in cache.layers:  # recurrent states are rolled back from checkpoints (`recurrent.Checkpoints`)
+    for layer in cache.layers:  # recurrent states are rolled back from checkpoints (`recurrent.Checkpoints`),
+        # compressed layers refolded (`compressed.CompressedStates`)
+        if callable(getattr(layer, "store_compression_weights", None)):
+            continue
         if isinstance(layer, LinearAttentionCacheLayerMixin):
             if isinstance(layer, DynamicSlidingWindowLayer):  # a windowed hybrid layer: its attention part is cut
                 # and held to its window, its count of tokens seen (which its masks read) cut with it

@@ -21,6 +21,7 @@ from . import _kernels, alibi
 from .cache import keep_slots, new_cache, rollback, select_rows
 from .facts import ModelFacts
 from .layers import LayerKinds, state_space
+from .compressed import CompressedStates, compressed_layers
 from .griffin import BlockStates, griffin_blocks
 from .recurrent import Checkpoints, close_states, keeps_states
 from .static import prompt_positions, prompt_sources
@@ -56,8 +57,10 @@ class CausalLM:
         self.kinds = LayerKinds.of(model.config)  # windowed layers get masks of their own, by position
         # recurrent layers: their states checkpointed before each verification, settled on the accepted path after
         # (RecurrentGemma's blocks hold theirs themselves: recorded a token at a time, `griffin.BlockStates`)
+        # (DeepSeek-V4's compressed layers: their windows and entries set back and refolded, `compressed.py`)
         self.states = BlockStates(model) if griffin_blocks(model) else \
-            Checkpoints(model, self.cache) if keeps_states(self.cache) else None
+            Checkpoints(model, self.cache) if keeps_states(self.cache) else \
+            CompressedStates(model, self.cache) if compressed_layers(self.cache) else None
         self.attends = not state_space(facts.layers)  # a state-space model takes no mask after its prefill (some
         # pass it to their mixers as padding of the step, as model.generate never does)
 

@@ -162,7 +162,8 @@ def _layer_types(text) -> tuple:
 # (MoE/MLP-only layers, layers that reuse another's cache), or another name transformers gives and lookahead does not
 # know (DeepSeek-V4's "heavily_compressed_attention", ...: refused, since its cache may not roll back).
 INDEXED, RECURRENT, NONE = "indexed_attention", "recurrent", "none"
-KNOWN = (FULL, SLIDING, CHUNKED, INDEXED, RECURRENT, NONE)
+COMPRESSED = "compressed_attention"  # a window of keys and compressed entries (DeepSeek-V4's HCA, CSA: `compressed.py`)
+KNOWN = (FULL, SLIDING, CHUNKED, INDEXED, RECURRENT, COMPRESSED, NONE)
 HYBRID = ("hybrid", "hybrid_sliding")  # recurrent layer types that also keep an attention cache
 
 
@@ -222,6 +223,8 @@ def _kind(name: str, kwargs: dict, cls) -> Layer:
         return Layer(RECURRENT, name, window)
     if cls.__name__ == "DummyLayer":
         return Layer(NONE, name)
+    if callable(getattr(cls, "store_compression_weights", None)):
+        return Layer(COMPRESSED, name, window)
     if cls is getattr(C, "DynamicSlidingWindowLayer", None):
         return Layer(CHUNKED if name == CHUNKED else SLIDING, name, window)
     if cls.__name__ == "DynamicIndexedLayer":

@@ -200,6 +200,9 @@ def decode(model, input_ids, logits_processor, stopping_criteria, generation_con
 
 def _decode(model, input_ids, logits_processor, stopping_criteria, generation_config, settings, inputs_tensor,
             **model_kwargs):
+    uncached = V.check_model(model, fallback=True)  # the plugin path: transformers calls this loop on any LM
+    if uncached is not None:
+        raise ValueError(f"{uncached}; use model.generate")
     facts = ModelFacts.of(model)  # what the target, the policies and the checks need to know of the model
     V.check_layers(facts)  # first: a state-space model's cache cannot even say its length
     check_supported(generation_config, model_kwargs)

@@ -327,14 +327,14 @@ def test_the_model_is_left_as_it_was():
 
 
 def test_layers_not_drafted_over_fall_back_to_model_generate_and_say_why():
-    """A model whose layers lookahead cannot draft over yet (DeepSeek-V4's compressed attention) is not refused: the
-    call runs model.generate's own decoding (its greedy tokens, a fixed seed's sample), warns with the reason, and its
-    stats say so; the plugin path (transformers calling lookahead's loop) still refuses, with the reason."""
+    """A model lookahead cannot draft over (RWKV: its state is no KV cache to roll back) is not refused: the call runs
+    model.generate's own decoding (its greedy tokens, a fixed seed's sample), warns with the reason, and its stats say
+    so; the plugin path (transformers calling lookahead's loop) still refuses, with the reason."""
     from lookahead.decode.fallback import FallbackWarning
 
-    model = _model("deepseek_v4")
+    model = _model("rwkv")
     ids = F.prompt()
-    reason = r"DeepseekV4ForCausalLM has layers of a kind lookahead does not know \(heavily_compressed_attention"
+    reason = r"RwkvForCausalLM keeps no KV cache that lookahead can roll back"
     with pytest.warns(FallbackWarning, match=reason):
         out, stats = lookahead.generate(model, ids, max_new_tokens=12, min_new_tokens=12, return_stats=True)
     assert out[0, ids.shape[1]:].tolist() == F.reference(model, ids, 12).tolist()
@@ -350,6 +350,24 @@ def test_layers_not_drafted_over_fall_back_to_model_generate_and_say_why():
     with pytest.warns(FallbackWarning):
         out = lookahead.generate(model, ids, max_new_tokens=12, return_dict_in_generate=True)
     assert out.lookahead_stats.fallback is not None and out.sequences.shape == (1, ids.shape[1] + 12)
+    with pytest.raises(ValueError, match=reason):
+        model.generate(ids, custom_generate=lookahead.custom_generate, max_new_tokens=5)
+
+
+
+def test_a_layer_kind_lookahead_does_not_know_falls_back(monkeypatch):
+    """A layer kind lookahead does not know (none in transformers 5.24 since DeepSeek-V4's compressed attention is
+    followed; here full attention, struck from the known kinds) runs model.generate's own decoding, said with the
+    layers' names, and the plugin path refuses with the same reason."""
+    from lookahead import _validate
+    from lookahead.decode.fallback import FallbackWarning
+
+    model, ids = _model("llama"), F.prompt()
+    monkeypatch.setattr(_validate, "KNOWN", tuple(k for k in _validate.KNOWN if k != "full_attention"))
+    reason = r"LlamaForCausalLM has layers of a kind lookahead does not know \(full_attention"
+    with pytest.warns(FallbackWarning, match=reason):
+        out = lookahead.generate(model, ids, max_new_tokens=12, min_new_tokens=12)
+    assert out[0, ids.shape[1]:].tolist() == F.reference(model, ids, 12).tolist()
     with pytest.raises(ValueError, match=reason):
         model.generate(ids, custom_generate=lookahead.custom_generate, max_new_tokens=5)
 

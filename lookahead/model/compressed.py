@@ -13,7 +13,7 @@ verdict, where the step kept fewer tokens than it ran, puts the layers back and 
 window's keys are the kept ones appended, and each compressor reruns over the kept tokens' inputs from the state
 before (its projections over a few tokens; the attention is not rerun). Its buffers, entries and overlap slices are
 then what one forward over the kept tokens leaves, which is what decoding them one at a time leaves (the layers are
-written to carry state across calls: checked in `tests/test_recurrent.py`). The indexer's picks during the forward are
+written to carry state across calls: checked in `tests/test_indexer.py`). The indexer's picks during the forward are
 `indexer.decoding_order`'s. One row, chains only: the entry count is one number for every row, and a tree's nodes
 would fold siblings into one window.
 """
@@ -49,7 +49,7 @@ class CompressedStates:
         """Around a verification forward: what each layer holds kept, its new keys and the compressors' inputs
         recorded."""
         start = time.perf_counter()
-        self.saved = {i: _held(self.cache.layers[i]) for i in self.layers}
+        self.saved = {i: _held(vars(self.cache.layers[i])) for i in self.layers}
         self.keys, self.calls = {}, []
         hooks = [m.register_forward_pre_hook(self._called, with_kwargs=True) for m in self.modules]
         for i in self.layers:
@@ -86,10 +86,8 @@ class CompressedStates:
     def _refold(self, k: int) -> None:
         for i in self.layers:
             layer, held = self.cache.layers[i], self.saved[i]
-            layer.__dict__.update(_held_copy(held))
-            new = self.keys[i][:, :, :k]
-            keys = new if held.get("keys") is None or not held.get("is_initialized", True) \
-                else torch.cat([held["keys"], new], dim=-2)
+            layer.__dict__.update(_held(held))
+            keys = torch.cat([held["keys"], self.keys[i][:, :, :k]], dim=-2)  # after the prefill: initialized
             layer.keys = keys[:, :, -layer.sliding_window + 1:]
             layer.values = layer.keys
             layer.cumulative_length = held["cumulative_length"] + k
@@ -97,9 +95,6 @@ class CompressedStates:
             for module, args, kwargs in self.calls:  # each compressor over the kept tokens, from the state before
                 hidden, q_residual, positions, cache, layer_idx = _compressor_args(args, kwargs)
                 module(hidden[:, :k], q_residual[:, :k], positions[:, :k], cache, layer_idx)
-
-    def select(self, rows: torch.Tensor) -> None:
-        """One row only (`_validate.check_compressed`): nothing to select."""
 
     def close(self) -> None:
         self.saved, self.keys, self.calls = {}, {}, []
@@ -109,15 +104,10 @@ _STATE = ("keys", "values", "cumulative_length", "is_initialized", "buffer_kv", 
           "entry_count", "overlap_kv", "overlap_gate")
 
 
-def _held(layer) -> dict:
-    """What a compressed cache layer holds (its tensors by reference: a forward replaces them)."""
-    return {name: (dict(value) if isinstance(value, dict) else value)
-            for name, value in vars(layer).items() if name in _STATE}
-
-
-def _held_copy(held: dict) -> dict:
-    """`held` with its dicts copied, to set back on a layer (whose dicts a rerun writes into)."""
-    return {name: (dict(value) if isinstance(value, dict) else value) for name, value in held.items()}
+def _held(state: dict) -> dict:
+    """The compressed layer's state among `state` (a layer's attributes, or what was kept of them): its tensors by
+    reference (a forward replaces them), its dicts copied (a forward writes into them)."""
+    return {name: dict(value) if isinstance(value, dict) else value for name, value in state.items() if name in _STATE}
 
 
 def _compressor_args(args: tuple, kwargs: dict) -> tuple:

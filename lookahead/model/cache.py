@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache, EncoderDecoderCache
 
-from .compressed import compressed_layers
+from .compressed import compressed_layers, is_compressed
 from .recurrent import LinearAttentionCacheLayerMixin, recurrent_layers, select_state_rows
 
 FOLLOWED_CACHES = ("MiniMaxCache",)  # caches of a model's own whose states lookahead follows (`linear_cache`)
@@ -135,7 +135,7 @@ def rollback(cache, keep: int, length: int | None = None) -> None:
         return
     for layer in cache.layers:  # recurrent states are rolled back from checkpoints (`recurrent.Checkpoints`),
         # compressed layers refolded (`compressed.CompressedStates`)
-        if callable(getattr(layer, "store_compression_weights", None)):
+        if is_compressed(layer):
             continue
         if isinstance(layer, LinearAttentionCacheLayerMixin):
             if isinstance(layer, DynamicSlidingWindowLayer):  # a windowed hybrid layer: its attention part is cut

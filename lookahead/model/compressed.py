@@ -26,10 +26,14 @@ import numpy as np
 import torch
 
 
+def is_compressed(layer) -> bool:
+    """Whether a cache layer folds tokens into compressed entries (DeepSeek-V4's HCA and CSA layers)."""
+    return callable(getattr(layer, "store_compression_weights", None))
+
+
 def compressed_layers(cache) -> list:
-    """Indices of the cache layers that fold tokens into compressed entries (DeepSeek-V4's HCA and CSA layers)."""
-    return [i for i, layer in enumerate(getattr(cache, "layers", None) or [])
-            if callable(getattr(layer, "store_compression_weights", None))]
+    """Indices of the cache's compressed layers (`is_compressed`)."""
+    return [i for i, layer in enumerate(getattr(cache, "layers", None) or []) if is_compressed(layer)]
 
 
 def compressors(model) -> list:

@@ -60,6 +60,24 @@ def test_each_query_picks_from_the_keys_it_sees_alone(rows, queries, cached, k, 
         assert len(set(mine)) == k
 
 
+@pytest.mark.parametrize("cached", [1, 3, 5])
+def test_a_step_whose_last_columns_are_padding_is_no_prefill(cached):
+    """A verification step padded to a wider width (the static cache's 64 columns): its padding columns see the
+    committed keys and themselves, fewer keys than the step has queries, as a prefill's last query would; each
+    query still picks from its own keys, not from what the padding column sees."""
+    g = torch.Generator().manual_seed(cached)
+    chain, queries = 4, 8
+    t = cached + queries
+    key, q = torch.arange(t), torch.arange(queries)[:, None]
+    column = key[None, :] - cached  # the step column of each key (negative: committed)
+    visible = (column < 0) | ((column <= q) & (q < chain)) | (column == q)  # [S, T] chain causal, padding alone
+    scores = torch.relu(torch.randn((1, queries, t), generator=g)).round(decimals=1)
+    masked = scores.masked_fill(~visible[None], float("-inf"))
+    picked = pick_alone(masked, 2).indices
+    want = _alone(masked, visible[None], 2)
+    assert [set(picked[0, i].tolist()) for i in range(queries)] == want
+
+
 def test_an_unmasked_forward_is_torchs_own_top_k():
     scores = torch.relu(torch.randn(2, 3, 9))
     assert torch.equal(pick_alone(scores, 4).indices, torch.topk(scores, 4, dim=-1).indices)
@@ -73,7 +91,8 @@ def test_partly_accepted_drafts_give_generate_tokens(name):
     model = _model(name)
     ids = F.prompt()
     want = F.reference(model, ids)
-    for kwargs in ({}, {"lookup": "suffix", "draft": "tree"}, {"cache_implementation": "static"}):
+    for kwargs in ({}, {"lookup": "suffix", "draft": "tree"}, {"cache_implementation": "static"},
+                   {"cache_implementation": "static", "num_draft_tokens": 40}):  # 64 columns, 23 of them padding
         out, stats = lookahead.generate(model, ids, documents=[corrupted(want)], draft_cost=0, max_new_tokens=F.NEW,
                                         min_new_tokens=F.NEW, return_stats=True, **kwargs)
         assert out[0, ids.shape[1]:].tolist() == want.tolist(), kwargs

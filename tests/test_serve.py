@@ -1,6 +1,7 @@
 """`lookahead serve` with the real `openai` client against a live server on 127.0.0.1 (an ephemeral port): every
 greedy answer equals `model.generate(do_sample=False)` on its own prompt, whatever else is in the batch; streams are
-OpenAI's; a client that disconnects frees its row; bad input is a 400 naming the field and hurts nobody else."""
+OpenAI's; a client that disconnects frees its row; bad input is a 400 naming the field and hurts nobody else. The live
+server runs twice: on the dynamic cache and on the static slot cache."""
 from __future__ import annotations
 
 import json
@@ -38,10 +39,13 @@ def reference():
     return model, tok
 
 
-@pytest.fixture(scope="module")
-def server():
-    """A live server on the bundled model; yields (base url, its `Served`)."""
-    app, served = build()
+@pytest.fixture(scope="module", params=["dynamic", "static"])
+def server(request):
+    """A live server on the bundled model, its rows in transformers' dynamic cache or in the static slot cache
+    (`batch.StaticServingLM`: eager on a CPU, the step the GPU captures as CUDA graphs); yields (base url, its
+    `Served`)."""
+    app, served = build(cache_implementation=request.param, max_model_len=1024 if request.param == "static" else None)
+    assert (served.engine.static is not None) == (request.param == "static")
     with Running(app) as running:
         yield running.url, served
     served.engine.stop()
@@ -392,7 +396,7 @@ def _joined(engine, prompts: list, max_new: int, tok, predictions=None) -> list:
     return rows
 
 
-def served_family(name: str, least: int | None = None):
+def served_family(name: str, least: int | None = None, cache_implementation: str | None = None):
     """Serve the family's tiny model three requests that join one batch a step apart, each drafting from a
     prediction that is greedy's answer with every fifth token changed (accepted up to the change, then rejected);
     assert each decodes to `model.generate`'s tokens with at least `least` drafts accepted (default F.NEW); the
@@ -409,7 +413,7 @@ def served_family(name: str, least: int | None = None):
     prompts = [F.prompt(30 + 5 * k, seed=k)[0].numpy() for k in range(3)]
     want = [F.reference(model, torch.as_tensor(p)[None]).tolist() for p in prompts]
     predictions = [np.array([t if (i + 1) % 5 else (t + 1) % F.VOCAB for i, t in enumerate(w)]) for w in want]
-    engine = Engine(model, draft_cost=0)
+    engine = Engine(model, draft_cost=0, cache_implementation=cache_implementation, max_model_len=256)
     rows = _joined(engine, prompts, F.NEW, tok, predictions)
     assert engine.error is None and [row.out for row in rows] == want
     assert sum(row.stats.accepted_tokens for row in rows) >= (F.NEW if least is None else least)
@@ -430,6 +434,83 @@ def test_recurrent_models_serve_each_joined_row_on_its_own_state(name):
     from lookahead.model.recurrent import recurrent_modules
 
     assert not any(module._forward_pre_hooks for module in recurrent_modules(model))  # no request left its hooks
+
+
+@pytest.mark.parametrize("name", ["llama", "gemma3_text", "mistral", "llama4_text", "deepseek_v3", "deepseek_v32"])
+def test_the_static_cache_serves_each_joined_row_equal_to_greedy(name):
+    """Served from the static slot cache (`cache_implementation="static"`; eager here, the step a GPU captures as
+    CUDA graphs): full attention, sliding windows beside it (a ring of slots), every layer windowed, chunks,
+    multi-head latent attention (buffers of their own) and an indexer's keys; three requests join one batch a step
+    apart (the batch grows from one row to four) and decode to `model.generate`'s tokens, drafts rejected and
+    accepted."""
+    # the tiny Gemma 3 answers in long runs of one token, where a prediction's place is ambiguous (as RecurrentGemma's)
+    served_family(name, least=6 if name == "gemma3_text" else None, cache_implementation="static")
+
+
+def test_static_rows_leave_and_join_while_the_batch_moves(reference):
+    """Rows of 8 to 60 new tokens join a static batch at set steps (the engine's turns run here, in order): a request
+    takes the batch row another one left, so the running rows are in no batch order; the batch grows (1, 4, 16 rows)
+    and shrinks as they leave, moving the running rows' slots each time; every row decodes to its greedy answer."""
+    from lookahead.serve import batch
+    from lookahead.serve.engine import Engine, _fast
+    from lookahead.serve.row import Drafting, Row, Sampling
+
+    model, tok = reference
+    sizes, moved = [], batch.StaticServingLM._compact
+    engine = Engine(model, cache_implementation="static", max_model_len=256, draft_cost=(0.8, 0.08))
+    prompts = [np.array(prompt_ids(reference, PROMPTS[i % len(PROMPTS)]), dtype=np.int64) for i in range(7)]
+    lengths, when = [60, 8, 12, 40, 8, 30, 20], [1, 1, 2, 4, 9, 12, 12]  # the turn at which each request arrives
+    rows, orders = [], []
+    with pytest.MonkeyPatch.context() as patch, torch.inference_mode(), _fast(model):
+        patch.setattr(batch.StaticServingLM, "_compact", lambda self, size: (sizes.append(size), moved(self, size)))
+        for turn in range(400):
+            for k in np.flatnonzero(np.array(when) == turn):
+                rows.append(Row(prompts[k], lengths[k], (), Sampling(0.0), Drafting(), tok))
+                engine.submit(rows[-1])
+            if engine.rows or not engine.pending.empty():
+                engine._turn()
+                if engine.target is not None:
+                    orders.append(engine.target.active.tolist())
+    assert len(rows) == 7 and all(row.done for row in rows) and not engine.rows
+    assert [row.out for row in rows] == [greedy_ids(reference, p, n) for p, n in zip(prompts, lengths)]
+    assert [0, 2, 3, 1] in orders  # a joined row took a freed batch row: every row running, out of batch order
+    assert 4 in sizes and 16 in sizes and any(b < a for a, b in zip(sizes, sizes[1:]))  # grown, and shrunk later
+
+
+def greedy_ids(reference, prompt: np.ndarray, max_new: int) -> list:
+    """The new token ids of `model.generate(do_sample=False)` after `prompt`."""
+    with torch.inference_mode():
+        out = reference[0].generate(torch.as_tensor(prompt)[None], max_new_tokens=max_new, do_sample=False)
+    return out[0, len(prompt):].tolist()
+
+
+def test_the_static_cache_refuses_what_it_cannot_hold(reference):
+    """A request longer than the static cache's rows ends with an error (the app answers it with a 400 first); a
+    hybrid with recurrent states asked for the static cache is refused by name; an unknown cache is named."""
+    from lookahead.serve.engine import Engine
+    from lookahead.serve.row import Drafting, Row, Sampling
+
+    model, tok = reference
+    engine = Engine(model, cache_implementation="static", max_model_len=64)
+    assert engine.limit == 64
+    done = {}
+    row = Row(np.arange(3, 43, dtype=np.int64), 30, (), Sampling(0.0), Drafting(), tok,
+              emit=lambda event: event[0] == "done" and done.setdefault("row", event[1]))
+    engine.start()
+    try:
+        engine.submit(row)
+        assert _wait_for(lambda: "row" in done)
+    finally:
+        engine.stop()
+    assert done == {"row": "error"} and engine.error is None
+    with pytest.raises(ValueError, match="cache_implementation must be"):
+        Engine(model, cache_implementation="offloaded")
+    sys.path.insert(0, str(Path(__file__).parent))
+    import families as F
+
+    if "qwen3_5_text" in F.causal_types():
+        with pytest.raises(ValueError, match="recurrent states of .* in the dynamic cache only"):
+            Engine(F.tiny_model("qwen3_5_text"), cache_implementation="static")
 
 
 def test_a_full_batch_of_weak_bets_verifies_no_drafts_and_a_strong_one_pays_for_all(reference):

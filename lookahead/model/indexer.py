@@ -75,16 +75,15 @@ def pick_alone(scores: torch.Tensor, k: int):
     """`scores.topk(k)` for index scores [b, S, T] (-inf, or the mask's most negative value, where a query must not
     look), each query's top k taken from a row of only the keys it sees, as decoding alone scores them; a query that
     sees fewer than k keys fills its picks with keys it does not see (masked after, as transformers' own top k
-    does). A prefill (no query sees a key from before the forward) takes each row's keys after its left padding for all of its queries, as the row's
-    prompt alone would. Returns torch's (values, indices) [b, S, k]."""
+    does). A prefill (no query sees a key from before the forward) takes each row's keys after its left padding for all
+    of its queries, as the row's prompt alone would. Returns torch's (values, indices) [b, S, k]."""
     b, s, t = scores.shape
     visible = scores > torch.finfo(scores.dtype).min / 2  # [b, S, T]
     if bool(visible.all()):
         return torch.topk(scores, k, dim=-1)
     indices = torch.empty((b, s, k), dtype=torch.long, device=scores.device)
     for row in range(b):
-        if int(visible[row, -1].sum()) <= s:  # a prefill (its last query sees no key before the forward's): the
-            # row's prompt without its padding, what its last query sees
+        if _prefill(visible[row], s):  # the row's prompt without its padding, what its last query sees
             keys = visible[row, -1].nonzero()[:, 0]
             indices[row] = _picks(scores[row, :, keys], k, keys, t)
             continue
@@ -92,6 +91,18 @@ def pick_alone(scores: torch.Tensor, k: int):
             keys = visible[row, q].nonzero()[:, 0]
             indices[row, q] = _picks(scores[row, q:q + 1, keys], k, keys, t)[0]
     return torch.return_types.topk((scores.gather(-1, indices), indices))
+
+
+def _prefill(visible: torch.Tensor, s: int) -> bool:
+    """Whether a row's visible keys [S, T] are a prefill's: its last query sees no more keys than the forward has
+    queries, and every query that sees more than itself (a left padding query sees itself alone) sees only keys
+    the last one sees. A verification step's last query may be a padding column, which sees the committed keys and
+    itself, but not the step's draft columns that the others see."""
+    last = visible[-1]
+    if int(last.sum()) > s:
+        return False
+    many = visible.sum(-1) > 1
+    return not bool((visible[many] & ~last).any())
 
 
 def _picks(rows: torch.Tensor, k: int, keys: torch.Tensor, t: int) -> torch.Tensor:

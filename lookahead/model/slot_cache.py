@@ -204,6 +204,26 @@ class SlotCache(Cache):
                 self.indexed.add(i)
             mine.indexer_keys[:, :n] = theirs.indexer_keys[index, :n]
 
+    def put_row(self, src: "SlotCache", row: int, n: int) -> None:
+        """Copy the first `n` slots of `src`'s row 0 (a batch of one, the same layers and rings) into row `row`:
+        every layer's keys and values (a ring: all of it) and indexer keys (a request prefilled alone joins a
+        served batch: `serve.batch.StaticServingLM`). Layers with recurrent states are not copied."""
+        self.kv[:, :, row, :, :n] = src.kv[:, :, 0, :, :n]
+        for i in src.own:
+            mine, theirs = self.layers[i], src.layers[i]
+            if i not in self.own:
+                mine.own(theirs.keys[:1, :, :1], theirs.values[:1, :, :1])
+            n_i = n if mine.ring is None else mine.ring
+            mine.keys[row, :, :n_i] = theirs.keys[0, :, :n_i]
+            mine.values[row, :, :n_i] = theirs.values[0, :, :n_i]
+        for i in src.indexed:
+            mine, theirs = self.layers[i], src.layers[i]
+            if mine.indexer_keys is None:
+                mine.indexer_keys = theirs.indexer_keys.new_zeros((mine.keys.shape[0], self.slots,
+                                                                   theirs.indexer_keys.shape[-1]))
+                self.indexed.add(i)
+            mine.indexer_keys[row, :n] = theirs.indexer_keys[0, :n]
+
 
 def _shared(text, name: str):
     """A config value every layer shares, or None: where layers differ (Gemma 4's per-layer head sizes: transformers

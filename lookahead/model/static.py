@@ -207,52 +207,20 @@ class StaticCausalLM:
 
     def prefill(self, stats) -> torch.Tensor:
         """Logits [b, 1, V] after each prompt; the prompts' keys and values fill slots 0..P-1."""
-        state, p, dev = self.state, self.p, self.device
-        valid = self.mask.bool()
-        state.prompt_valid.zero_()
-        state.prompt_valid[:, :p] = valid
-        state.start.fill_(p)
-        state.cache.origin.copy_(torch.arange(len(valid), device=dev))
-        s = torch.arange(state.cache.slots, device=dev)
-        q = torch.arange(p, device=dev)[:, None]
-        allowed = (s[None, None, :] <= q) & torch.cat([valid, state.prompt_valid[:, p:]], 1)[:, None, :]
-        allowed |= s[None, None, :] == q  # a padding query sees itself, so that no row is all -inf
-        state.cache.writes = q.T.expand(len(valid), -1)
-        positions = prompt_positions(self.mask)
-        # slot s of a row holds position s - pad; a padding slot the position its query has (1), so that it sees
-        # itself through any window
-        pad = p - self.mask.sum(-1, keepdim=True)
-        key_pos = torch.where(s[None, :] >= pad, s[None, :] - pad, 1)
-        if state.kinds.windowed:
-            views = {SLIDING: (allowed[:, :, :p], key_pos[:, :p])} if state.ring else None  # the prompt's own keys
-            mask = state.kinds.masks(allowed, key_pos, positions, self.facts.dtype, views)
-        else:
-            mask = additive(allowed, self.facts.dtype)
-        if state.stateful:  # recurrent layers start from empty states, their padding zeroed as model.generate does
-            state.cache.fresh_states()
-            if not state.attends:
-                mask = self.mask
-            elif not bool(self.mask.bool().all()):  # a padded batch: the recurrent kinds get the 2D padding mask
-                # beside windowed layers' own masks; else the 2D mask, from which the model builds every layer's own
-                padding = {kind: self.mask for kind in state.kinds.per_layer if kind not in (FULL, *WINDOWED)}
-                mask = {**mask, **padding} if isinstance(mask, dict) else self.mask
-        state.cache.prefilling = True
-        try:
-            with alibi.from_positions(self.model, key_pos, state.alibi) if state.alibi else contextlib.nullcontext():
-                logits = self.model(input_ids=self.input_ids, attention_mask=mask,
-                                    position_ids=positions, **{state.kv: state.cache}, use_cache=True,
-                                    cache_position=torch.arange(p, device=dev), **self.facts.last_logits_only()).logits
-        finally:
-            state.cache.prefilling = False
+        logits = prefill_state(self.model, self.facts, self.state, self.input_ids, self.mask)
         stats.add_forward(len(self.active))
-        return logits[:, -1:]
+        return logits
+
+    def _every(self) -> bool:
+        """Whether every batch row runs, in batch order (the loop's rows only leave: `active` stays sorted)."""
+        return len(self.active) == len(self.write)
 
     def verify(self, last: np.ndarray, batch, stats) -> torch.Tensor:
         """One forward over [last token, draft nodes] of the running rows; logits [b, N+1, V]. A graph's output is
         overwritten by its next replay: the logits are a copy only where they outlive the step (`keep_logits`), or
         where finished rows are left out of them."""
         n, ((logits, ids), replayed) = batch.width + 1, self._launch(last, batch, stats)
-        every = len(self.active) == len(self.write)
+        every = self._every()
         if not every:
             logits = logits[self._active, :n]  # a copy
         else:  # every row runs: a slice (one copy kernel where the logits are kept, no index kernel)
@@ -265,7 +233,7 @@ class StaticCausalLM:
         running rows [r, N+1] as a host array. On CUDA the step's own ids, copied (the one host-device sync): no logits
         are sliced, kept or gathered for the running rows."""
         n, ((logits, ids), _) = batch.width + 1, self._launch(last, batch, stats)
-        every = len(self.active) == len(self.write)
+        every = self._every()
         if ids is None:
             return argmax(logits[:, :n]) if every else argmax_rows(logits, self._active, n)
         ids = ids.cpu().numpy()
@@ -406,6 +374,50 @@ class StaticCausalLM:
             state.outputs[width] = state.run(self.model, width)
         state.pool = graph.pool()
         state.graphs[width] = graph
+
+
+def prefill_state(model, facts: ModelFacts, state: _State, input_ids: torch.Tensor,
+                  mask: torch.Tensor) -> torch.Tensor:
+    """Run the prompts input_ids [b, P] (left-padded, `mask`) into `state`'s slots 0..P-1 (every row of the state's
+    batch of b); the logits [b, 1, V] after each prompt."""
+    p, dev = input_ids.shape[1], facts.device
+    valid = mask.bool()
+    state.prompt_valid.zero_()
+    state.prompt_valid[:, :p] = valid
+    state.start.fill_(p)
+    state.cache.origin.copy_(torch.arange(len(valid), device=dev))
+    s = torch.arange(state.cache.slots, device=dev)
+    q = torch.arange(p, device=dev)[:, None]
+    allowed = (s[None, None, :] <= q) & torch.cat([valid, state.prompt_valid[:, p:]], 1)[:, None, :]
+    allowed |= s[None, None, :] == q  # a padding query sees itself, so that no row is all -inf
+    state.cache.writes = q.T.expand(len(valid), -1)
+    positions = prompt_positions(mask)
+    # slot s of a row holds position s - pad; a padding slot the position its query has (1), so that it sees
+    # itself through any window
+    pad = p - mask.sum(-1, keepdim=True)
+    key_pos = torch.where(s[None, :] >= pad, s[None, :] - pad, 1)
+    if state.kinds.windowed:
+        views = {SLIDING: (allowed[:, :, :p], key_pos[:, :p])} if state.ring else None  # the prompt's own keys
+        attention = state.kinds.masks(allowed, key_pos, positions, facts.dtype, views)
+    else:
+        attention = additive(allowed, facts.dtype)
+    if state.stateful:  # recurrent layers start from empty states, their padding zeroed as model.generate does
+        state.cache.fresh_states()
+        if not state.attends:
+            attention = mask
+        elif not bool(mask.bool().all()):  # a padded batch: the recurrent kinds get the 2D padding mask
+            # beside windowed layers' own masks; else the 2D mask, from which the model builds every layer's own
+            padding = {kind: mask for kind in state.kinds.per_layer if kind not in (FULL, *WINDOWED)}
+            attention = {**attention, **padding} if isinstance(attention, dict) else mask
+    state.cache.prefilling = True
+    try:
+        with alibi.from_positions(model, key_pos, state.alibi) if state.alibi else contextlib.nullcontext():
+            logits = model(input_ids=input_ids, attention_mask=attention, position_ids=positions,
+                           **{state.kv: state.cache}, use_cache=True, cache_position=torch.arange(p, device=dev),
+                           **facts.last_logits_only()).logits
+    finally:
+        state.cache.prefilling = False
+    return logits[:, -1:]
 
 
 def prompt_sources(input_ids: torch.Tensor, mask: torch.Tensor) -> list:

@@ -43,7 +43,7 @@ class Served:
         self.name, self.tokenizer, self.engine, self.metrics = name, tokenizer, engine, metrics
         self.max_tokens, self.created = max_tokens, int(time.time())
         facts, config = engine.facts, engine.model.generation_config
-        self.limit, self.vocab = facts.positions, facts.vocab
+        self.limit, self.vocab = engine.limit, facts.vocab
         self.eos = token_ids(config.eos_token_id) or token_ids(tokenizer.eos_token_id)
 
     def prompt_ids(self, req: Request) -> np.ndarray:

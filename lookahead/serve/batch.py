@@ -13,6 +13,9 @@ import torch
 from ..model.cache import drop_leading, join_rows
 from ..model.causal import CausalLM
 from ..model.griffin import BlockStates
+from ..model.layers import LayerKinds, check_windows_in_masks
+from ..model.slot_cache import check_static
+from ..model.static import COMPILED_WIDTHS, WIDTHS, StaticCausalLM, _fits, _new_state, _state, prefill_state
 
 TRIM_LEAST = 64  # leading slots unseen by every row worth copying the cache to drop
 
@@ -61,3 +64,90 @@ class ServingLM(CausalLM):
         drop_leading(self.cache, first)
         self._slots = self._slots[:, first:].clone()
         self.width -= first
+
+
+class StaticServingLM(StaticCausalLM):
+    """A `StaticCausalLM` whose rows come and go (`lookahead serve --cache static`; on CUDA, its steps CUDA graphs).
+
+    Each batch row owns one row of slots, unpadded: a request is prefilled alone into a state of one row (exactly as
+    `generate`'s static cache prefills it), then copied into a free batch row (`join`), whose slots 0.. hold its
+    prompt and then what it commits. Rows that leave free their batch row for the next request. The batch holds a
+    power of four rows: a request that finds none free moves the running rows into the next larger batch, and when
+    the running rows fit a batch a quarter as large they move there (`StaticCausalLM.keep`), so each batch size is one
+    set of captured graphs, replayed as rows join and leave.
+
+    Args:
+        model, facts: as `StaticCausalLM`.
+        length: the most tokens of a row, its prompt and new tokens together.
+        graphs, compile_config: as `StaticCausalLM`.
+        prefill: a kept prefill state (`prefill_state`) of an earlier batch of this model, or None.
+    """
+
+    def __init__(self, model, facts, length: int, graphs: bool, compile_config=None, prefill=None):
+        sizes = WIDTHS if compile_config is None else COMPILED_WIDTHS
+        self.widths, self._fits = list(sizes), _fits(tuple(sizes))
+        slots = length + self.widths[-1]  # the idle rows of a step write past their last token too
+        check_static(facts, slots)
+        check_windows_in_masks(model, LayerKinds.of(model.config))
+        self.model, self.facts, self.device, self.length = model, facts, facts.device, length
+        self.cuda = facts.device.type == "cuda"
+        self.graphs = graphs and self.cuda
+        self.slots, self.compile_config = slots, compile_config
+        self.input_ids = self.mask = None
+        self.p = 0
+        self.states = None  # recurrent layers are not served from the static cache (`Engine`)
+        self.keep_logits = False  # the engine reads a step's logits before the next step
+        self._ids = (None, None, None, 0)
+        self.pre = prefill if prefill is not None else _new_state(model, facts, 1, slots, compile_config)
+        self.state = self._empty(_state(model, facts, 1, slots, compile_config))
+        self.write, self.pos = np.zeros((2, 1), dtype=np.int64)
+        self.active = np.zeros(0, dtype=np.int64)
+        self._active = torch.from_numpy(self.active).to(self.device)
+        self._joining = 0  # the prompt length of the request prefilled and not yet joined
+        self._order = np.arange(1)  # the batch rows in order
+
+    @staticmethod
+    def _empty(state):
+        """`state` with no prompt slots: each row sees exactly its slots before its next slot."""
+        state.prompt_valid.zero_()
+        state.start.zero_()
+        return state
+
+    @property
+    def rows(self) -> int:
+        return len(self.active)
+
+    def prefill(self, stats) -> torch.Tensor:
+        raise TypeError("a StaticServingLM prefills one request at a time: prefill_row")
+
+    def prefill_row(self, input_ids: torch.Tensor, stats) -> torch.Tensor:
+        """Prefill one request's prompt [1, P] (every token real) alone; the logits [1, 1, V] after it. It joins the
+        batch with `join`."""
+        p = input_ids.shape[1]
+        if p >= self.length:
+            raise ValueError(f"a prompt of {p} tokens does not fit rows of {self.length} tokens")
+        logits = prefill_state(self.model, self.facts, self.pre, input_ids, torch.ones_like(input_ids))
+        stats.add_forward(1)
+        self._joining = p
+        return logits
+
+    def join(self) -> None:
+        """Put the request `prefill_row` prefilled last into a free batch row, behind the running rows."""
+        live = len(self.active)
+        if live == len(self.write):  # no free row: the running rows move into a batch four times as large
+            self._compact(max(4 * len(self.write), 1))
+        free = np.setdiff1d(np.arange(len(self.write)), self.active)[0]
+        self.state.cache.put_row(self.pre.cache, int(free), self._joining)
+        self.write[free] = self.pos[free] = self._joining
+        self.active = np.append(self.active, free)
+        self._active = torch.from_numpy(self.active).to(self.device)
+
+    def _every(self) -> bool:
+        """Whether every batch row runs, in batch order: a request joins the batch row that was free, so the running
+        rows' order may be any."""
+        return len(self.active) == len(self.write) and bool((self.active == self._order[: len(self.active)]).all())
+
+    def _compact(self, size: int) -> None:
+        super()._compact(size)
+        self._empty(self.state)
+        self._order = np.arange(size)

@@ -25,6 +25,13 @@ def add_parser(sub) -> None:
                    help="new tokens of a chat request that sets no max_tokens (default 256)")
     p.add_argument("--device", default="cpu", help="cpu, cuda, ... (default cpu)")
     p.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32", help="(default fp32)")
+    p.add_argument("--cache-implementation", choices=("static", "dynamic"), default=None,
+                   help="static: every request in a preallocated slot cache, its steps CUDA graphs on CUDA (compiled "
+                        "with static); dynamic: transformers' dynamic cache (default: as lookahead.generate chooses: "
+                        "static with CUDA graphs on CUDA for the architectures tested there, else dynamic)")
+    p.add_argument("--max-model-len", type=positive_int, default=None, metavar="TOKENS",
+                   help="with the static cache, the most tokens of a request, prompt and answer: the slots each row "
+                        "holds (default: the model's position limit, at most 4096)")
     p.add_argument("--threads", type=positive_int, default=None,
                    help="torch CPU threads (default: torch's, one per core; never chosen from the load of the moment)")
     p.add_argument("--engine", choices=("local", "ray"), default="local",

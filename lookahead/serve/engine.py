@@ -36,7 +36,9 @@ from ..model.linear import packed_linears
 from ..model.recurrent import stepping, windowed_state_layers
 from ..verify.batch import DraftBatch, Verdict
 from ..verify.rules import argmax_rows, by_row
-from .batch import ServingLM
+from ..model.recurrent import state_layers
+from ..model.static import static_mode
+from .batch import ServingLM, StaticServingLM
 
 logger = logging.getLogger("lookahead.serve")
 
@@ -76,13 +78,31 @@ class Engine:
         metrics: a `lookahead.serve.metrics.Metrics`, or None.
         draft_cost: greedy rows' verification cost model (`lookahead.generate`'s `draft_cost`; default: measured
             on this machine on a CPU, and a batch's steps timed as they run: `policy.StepTimes`).
+        cache_implementation: "static": every row in a preallocated slot cache (`batch.StaticServingLM`), its step
+            compiled and captured as CUDA graphs on CUDA, eager on a CPU, as `generate`'s
+            `cache_implementation="static"`; "dynamic": transformers' dynamic cache; None (default): as `generate`
+            chooses, the static cache with CUDA graphs on CUDA for the architectures its static path is tested on,
+            else the dynamic cache.
+        max_model_len: with the static cache, the most tokens of a request, prompt and answer (default: the
+            model's position limit, at most 4096); the slots every row holds.
 
     Raises:
-        ValueError: the model cannot be served (`check_servable`).
+        ValueError: the model cannot be served (`check_servable`), or not from the static cache it was asked to be.
     """
 
-    def __init__(self, model, memory=None, metrics=None, draft_cost=None):
+    def __init__(self, model, memory=None, metrics=None, draft_cost=None, cache_implementation=None,
+                 max_model_len=None):
         self.model, self.facts, self.memory, self.metrics = model, check_servable(model), memory, metrics
+        self.static = _static(model, self.facts, cache_implementation)  # (graphs, compile_config) or None
+        self.limit = self.facts.positions  # the most tokens of a request, prompt and answer (None: no limit)
+        if self.static is not None:
+            self.limit = min(self.facts.positions or MAX_MODEL_LEN, MAX_MODEL_LEN) if max_model_len is None \
+                else min(max_model_len, self.facts.positions or max_model_len)
+        self._prefill_state = None  # the static cache's one-row state requests are prefilled in, kept across batches
+        graphs = self.static is not None and self.static[0] and self.facts.device.type == "cuda"
+        self.cache_name = "dynamic cache" if self.static is None else \
+            f"static cache of {self.limit} tokens a row" + (", CUDA graphs" if graphs else "") + \
+            (", compiled" if self.static is not None and self.static[1] is not None else "")
         self.chain_cost = _cost(model, self.facts, draft_cost, False)
         self.sampling_cost = _cost(model, self.facts, None, True)
         self.num_draft_tokens = max(DRAFT_TOKENS, budget(self.chain_cost, DRAFT_TOKENS))
@@ -179,9 +199,21 @@ class Engine:
                 row.close("error")
 
     def _prefill(self, row) -> None:
+        if self.limit is not None and len(row.prompt) + row.max_new > self.limit:
+            raise ValueError(f"a request of {len(row.prompt)} prompt tokens and {row.max_new} new tokens exceeds the "
+                             f"{self.limit} tokens a row holds")
         row.start(self.memory, self.chain_cost, self.sampling_cost, self.num_draft_tokens, self.facts.device)
-        one = ServingLM(self.model, self.facts, torch.from_numpy(row.prompt)[None].to(self.facts.device))
-        logits = one.prefill(self.stats)[0]  # [1, V]
+        prompt = torch.from_numpy(row.prompt)[None].to(self.facts.device)
+        if self.static is not None:  # into the one-row state, joined below
+            if self.target is None:
+                self.target = StaticServingLM(self.model, self.facts, self.limit, *self.static,
+                                              prefill=self._prefill_state)
+                self._prefill_state = self.target.pre
+            one = self.target
+            logits = one.prefill_row(prompt, self.stats)[0, -1:]  # [1, V]
+        else:
+            one = ServingLM(self.model, self.facts, prompt)
+            logits = one.prefill(self.stats)[0]  # [1, V]
         if self.metrics is not None:
             self.metrics.forwards.inc()
             self.metrics.prompt_tokens.inc(len(row.prompt))
@@ -190,9 +222,12 @@ class Engine:
             else int(torch.multinomial(torch.softmax(row.sampling.warp(logits), -1), 1, generator=row.generator))
         if row.advance([token]):
             self._finished(row, row.finish)
-            one.close()  # its hooks (recurrent states) leave the model with it
+            if one is not self.target:
+                one.close()  # its hooks (recurrent states) leave the model with it
             return
-        if self.target is None:
+        if self.static is not None:
+            self.target.join()
+        elif self.target is None:
             self.target = one
         else:
             self.target.join(one)
@@ -205,12 +240,15 @@ class Engine:
         b = len(rows)
         self.peak = max(self.peak, b)
         target.pads = self.pads if b == 1 else None  # where a wider forward costs less (measured at batch 1)
-        budgets = [row.budget(b) for row in rows]
+        most = getattr(target, "most", None)  # the static step's widest: no row verifies more
+        budgets = [row.budget(b) if most is None else min(row.budget(b), most) for row in rows]
         fill = target.padded(max(budgets))  # the columns the step computes anyway
         width = self._width(rows, budgets, fill) if b > 1 else None
         if width is not None:
             fill = width
         drafts = [row.draft(n, fill, width if row.sampling.greedy else None) for row, n in zip(rows, budgets)]
+        if most is not None:
+            drafts = [d.head(most) if len(d) > most else d for d in drafts]
         if width is not None:  # what a row did not verify, it still learns from: the tokens that come
             for row, draft in zip(rows, drafts):
                 if not len(draft):
@@ -289,6 +327,30 @@ class Engine:
             self.memory.add_tokens(np.concatenate([row.prompt, np.asarray(row.out, dtype=np.int64)]))
         if self.metrics is not None:
             self.metrics.row_done(row)
+
+
+MAX_MODEL_LEN = 4096  # the static cache's tokens per row when max_model_len is not given and the model allows more
+
+
+def _static(model, facts: ModelFacts, cache_implementation) -> tuple | None:
+    """(graphs, compile_config) of a static cache, or None for the dynamic cache: as `generate` chooses for
+    `cache_implementation` (`static.static_mode`).
+
+    Raises:
+        ValueError: an unknown cache_implementation, or "static" for a model whose layers keep recurrent states
+            (served from the dynamic cache, each row its own state)."""
+    if cache_implementation not in (None, "static", "dynamic"):
+        raise ValueError(f"cache_implementation must be 'static', 'dynamic' or None, not {cache_implementation!r}")
+    config = type("Config", (), {"cache_implementation": cache_implementation})()
+    mode = static_mode(facts, config)
+    if mode is None:
+        return None
+    if facts.recurrent == "" and state_layers(model):
+        if cache_implementation is None:
+            return None
+        raise ValueError(f"cache_implementation='static': lookahead serve keeps the recurrent states of "
+                         f"{facts.name} in the dynamic cache only; leave cache_implementation unset")
+    return mode
 
 
 def _paths(verdict: Verdict) -> list:

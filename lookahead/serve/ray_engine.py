@@ -79,7 +79,8 @@ def stop() -> None:
 def run(args) -> int:
     """Run `lookahead serve --engine ray` until interrupted."""
     options = dict(model=args.model, device=args.device, dtype=args.dtype, memory=args.memory,
-                   max_tokens=args.max_tokens, name=args.served_model_name)
+                   max_tokens=args.max_tokens, name=args.served_model_name,
+                   cache_implementation=args.cache_implementation, max_model_len=args.max_model_len)
     url = start(args.replicas, options, args.host, args.port, num_cpus=max(args.replicas, 2), threads=args.threads)
     print(f"lookahead serve: {args.replicas} replicas at {url}", flush=True)
     try:

@@ -18,7 +18,8 @@ logger = logging.getLogger("lookahead.serve")
 
 
 def build(model: str | None = None, device: str = "cpu", dtype: str = "fp32", memory: int = 0,
-          max_tokens: int = 256, name: str | None = None, loaded: tuple | None = None):
+          max_tokens: int = 256, name: str | None = None, loaded: tuple | None = None,
+          cache_implementation: str | None = None, max_model_len: int | None = None):
     """(FastAPI app, its `Served`) for a model, its engine started.
 
     Args:
@@ -28,6 +29,8 @@ def build(model: str | None = None, device: str = "cpu", dtype: str = "fp32", me
         max_tokens: the default most new tokens of a chat request.
         name: the model id clients name (default: the model argument, or "stories260K").
         loaded: (model, tokenizer) already loaded, instead of loading `model`.
+        cache_implementation, max_model_len: the engine's cache ("static", "dynamic"; None: as `generate` chooses)
+            and, with the static cache, the most tokens of a request (`Engine`).
 
     Raises:
         ValueError: the model cannot be loaded or served (one line).
@@ -37,7 +40,8 @@ def build(model: str | None = None, device: str = "cpu", dtype: str = "fp32", me
     else:
         hf_model, tokenizer = loaded
     metrics = Metrics()
-    engine = Engine(hf_model, Memory(memory) if memory else None, metrics).start()
+    engine = Engine(hf_model, Memory(memory) if memory else None, metrics,
+                    cache_implementation=cache_implementation, max_model_len=max_model_len).start()
     served = Served(name or model or "stories260K", tokenizer, engine, metrics, max_tokens)
     return make_app(served), served
 
@@ -90,14 +94,16 @@ def serve(args) -> int:
     then each request's tokens, forwards and drafts (`configure` first)."""
     import torch
 
-    app, served = build(args.model, args.device, args.dtype, args.memory, args.max_tokens, args.served_model_name)
+    app, served = build(args.model, args.device, args.dtype, args.memory, args.max_tokens, args.served_model_name,
+                        cache_implementation=args.cache_implementation, max_model_len=args.max_model_len)
     engine = served.engine
     logger.info("lookahead serve: %s (%s, %s parameters) on %s in %s, %d CPU threads (%s), memory %s, engine %s, "
-                "http://%s:%d/v1", served.name, engine.facts.name,
+                "%s, http://%s:%d/v1", served.name, engine.facts.name,
                 f"{sum(p.numel() for p in engine.model.parameters()) / 1e6:.1f}M", engine.facts.device,
                 str(engine.facts.dtype).replace("torch.", ""), torch.get_num_threads(),
                 "--threads" if args.threads is not None else "torch's default: one per core",
-                f"{args.memory} tokens" if args.memory else "none", args.engine, args.host, args.port)
+                f"{args.memory} tokens" if args.memory else "none", args.engine, engine.cache_name, args.host,
+                args.port)
     try:
         uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
     finally:

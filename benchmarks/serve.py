@@ -97,13 +97,17 @@ def start(mode: str, args, port: int) -> subprocess.Popen:
     """The server of a mode, in its own process; returns once it answers."""
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "HF_HUB_OFFLINE": "1"}
     if mode.startswith("transformers"):
-        cmd = ["transformers", "serve", str(args.hf_folder), "--device", "cpu", "--dtype", "float32", "--port",
+        cmd = ["transformers", "serve", str(args.hf_folder), "--device", args.device, "--dtype",
+               {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}[args.dtype], "--port",
                str(port), "--host", "127.0.0.1", "--log-level", "warning"]
         if args.continuous_batching or mode == "transformers-cb":
             cmd.append("--continuous-batching")
     else:
         cmd = [sys.executable, "-m", "lookahead", "serve", "--model", args.model, "--port", str(port),
-               "--threads", str(args.threads), "--log-level", "warning"]
+               "--threads", str(args.threads), "--log-level", "warning", "--device", args.device, "--dtype",
+               args.dtype]
+        if args.cache_implementation:
+            cmd += ["--cache-implementation", args.cache_implementation]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     import httpx
 
@@ -203,6 +207,10 @@ def main(argv=None) -> int:
     p.add_argument("--clients", type=int, nargs="+", default=[1, 4, 16])
     p.add_argument("--modes", nargs="+", choices=MODES, default=["lookahead", "none", "transformers"])
     p.add_argument("--threads", type=int, default=2, help="torch threads of every server")
+    p.add_argument("--device", default="cpu", help="every server's device (default cpu)")
+    p.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32")
+    p.add_argument("--cache-implementation", choices=("static", "dynamic"), default=None,
+                   help="lookahead serve's cache (default: its own choice: static with CUDA graphs on CUDA)")
     p.add_argument("--continuous-batching", action="store_true", help="transformers serve --continuous-batching")
     p.add_argument("--data", type=Path, default=DATA)
     p.add_argument("--output", type=Path, default=None, help="JSON lines of the summaries and records")

@@ -44,11 +44,13 @@ def served(client, model: str, messages, max_tokens: int) -> tuple:
     return time.perf_counter() - begin, usage.completion_tokens, "".join(parts), forwards
 
 
-def generated(model, tok, messages, max_tokens: int) -> tuple:
+def generated(model, tok, messages, max_tokens: int, cache_implementation=None) -> tuple:
     """(seconds, new tokens, text) of `lookahead.generate` on the same chat prompt."""
     ids = tok.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True).input_ids
+    ids = ids.to(model.device)
     begin = time.perf_counter()
-    out, stats = lookahead.generate(model, ids, max_new_tokens=max_tokens, return_stats=True)
+    out, stats = lookahead.generate(model, ids, max_new_tokens=max_tokens, return_stats=True,
+                                    cache_implementation=cache_implementation)
     seconds = time.perf_counter() - begin
     new = out[0, ids.shape[1]:].tolist()
     if tok.eos_token_id in new:
@@ -66,12 +68,18 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--rounds", type=int, default=2, help="timed rounds after a warm-up round (default 2)")
     p.add_argument("--whole", action="store_true", help="ask for whole answers, not streamed ones")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32")
+    p.add_argument("--cache-implementation", choices=("static", "dynamic"), default=None,
+                   help="both sides' cache (default: each its own choice, the same: static with CUDA graphs on CUDA)")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
-    model, tok, _ = models.load(args.model)
+    model, tok, _ = models.load(args.model, device=args.device, dtype=args.dtype)
     work = jobs(args.workloads, args.per_workload, args.max_prompt, tok, DATA)
     port = free_port()
-    server = start("lookahead", argparse.Namespace(model=args.model, threads=args.threads), port)
+    server = start("lookahead", argparse.Namespace(model=args.model, threads=args.threads, device=args.device,
+                                                   dtype=args.dtype, cache_implementation=args.cache_implementation),
+                   port)
     client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0, timeout=1800)
     name = client.models.list().data[0].id
     rows, same = {}, 0
@@ -79,7 +87,7 @@ def main() -> None:
         for r in range(args.rounds + 1):
             for i, (workload, messages, _) in enumerate(work):
                 s = (served_whole if args.whole else served)(client, name, messages, args.max_tokens)
-                g = generated(model, tok, messages, args.max_tokens)
+                g = generated(model, tok, messages, args.max_tokens, args.cache_implementation)
                 if r:
                     rows.setdefault(workload, []).append((s, g))
                     same += s[2] == g[2]

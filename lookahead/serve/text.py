@@ -5,8 +5,14 @@ from __future__ import annotations
 class TextOut:
     """The text of a row's new tokens, cut at the first stop string.
 
-    `update(tokens)` decodes the tokens so far and returns the text that may be sent now: never a character that
-    could still turn out to be part of a stop string, nor an incomplete UTF-8 sequence (decoded as U+FFFD).
+    `update(tokens)` decodes the tokens that came since the last call and returns the text that may be sent now:
+    never a character that could still turn out to be part of a stop string, nor an incomplete UTF-8 sequence
+    (decoded as U+FFFD). Decoding is incremental (as vLLM's and transformers' `TextStreamer` do it): each call decodes
+    a window of the last few tokens with and without the new ones and keeps the difference, so a step costs the same
+    after 4,000 tokens as after 10 (a whole decode each step cost 0.05 ms at 100 tokens, 0.6 ms at 1,000 and
+    1.5 ms at 4,000 on this CPU). The window starts at a token whose text came out whole, so a token's leading space
+    and a character split over several byte tokens decode as in the whole text; the last call decodes the whole text
+    (`text` is then exactly the tokenizer's; only tokens that are invalid UTF-8 may have streamed otherwise).
 
     Args:
         tokenizer: decodes the row's tokens (special tokens skipped).
@@ -17,15 +23,21 @@ class TextOut:
         self.tokenizer, self.stops = tokenizer, tuple(s for s in stops if s)
         self.hold = max(map(len, self.stops), default=1) - 1  # characters that could start a stop string
         self.text, self.sent, self.stopped = "", 0, False
+        self.start = self.read = 0  # the window's first token, and the first token whose text is not in `text`
+        self._window = ""  # the text of tokens[start:read] decoded alone
 
     def update(self, tokens: list, final: bool = False) -> str:
         """The new text that may be sent after `tokens` (all of the row's new tokens); `final`: the row is done,
         send everything left. Sets `stopped` when a stop string appeared (the text ends before it)."""
-        text = self.tokenizer.decode(tokens, skip_special_tokens=True)
-        cut = self._stop_at(text)
+        self._decode(tokens, final)
+        cut = self._stop_at(self.text)
+        if cut is not None and not final:  # the row ends here: its whole text, where the stop string is sought again
+            self._decode(tokens, True)
+            cut = self._stop_at(self.text)
+        text = self.text
         if cut is not None:
             text, self.stopped, final = text[:cut], True, True
-        self.text = text
+            self.text = text
         end = len(text) if final else len(text) - self.hold
         if not final:
             while end > self.sent and text[end - 1] == "\ufffd":  # a character whose bytes are not all there
@@ -34,6 +46,23 @@ class TextOut:
             return ""
         new, self.sent = text[self.sent:end], end
         return new
+
+    def _decode(self, tokens: list, final: bool) -> None:
+        """Append the text of tokens[read:] to `text`: the window's text with them, less its text without them. The
+        window moves on only where the new text ends whole (no U+FFFD at its end: bytes of a character still to
+        come). The row's last call decodes the whole text."""
+        if final:  # the whole text once: where the tokens hold invalid UTF-8 (a byte token that starts no
+            # character), the tokenizer replaces a run of bytes as one, which windows may split otherwise
+            self.text, self.start, self.read = self.tokenizer.decode(tokens, skip_special_tokens=True), 0, len(tokens)
+            return
+        if len(tokens) <= self.read:
+            return
+        whole = self.tokenizer.decode(tokens[self.start:], skip_special_tokens=True)
+        if len(whole) <= len(self._window) or whole.endswith("\ufffd"):
+            return  # no text yet, or not whole: it waits for the tokens that complete it
+        self.text += whole[len(self._window):]
+        self.start, self.read = self.read, len(tokens)
+        self._window = self.tokenizer.decode(tokens[self.start:self.read], skip_special_tokens=True)
 
     def _stop_at(self, text: str) -> int | None:
         """Where the first stop string begins in `text`, looking only where a new one can be."""

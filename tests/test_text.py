@@ -4,7 +4,6 @@ the last steps' tokens, never the whole answer."""
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings

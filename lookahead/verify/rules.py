@@ -49,16 +49,18 @@ def by_row(batch: DraftBatch, scores: torch.Tensor, greedy_rows: np.ndarray, pic
     b = len(batch.sizes)
     counts, bonus = np.zeros(b, dtype=np.int64), np.zeros(b, dtype=np.int64)
     paths = [[] for _ in range(b)]
+    every = len(greedy_rows) == b and bool((greedy_rows == np.arange(b)).all())  # every row greedy, in order
     if len(greedy_rows):
         g = greedy_rows
-        targets = argmax_rows(scores, torch.from_numpy(g), batch.width + 1)  # [g, N+1]
+        targets = argmax(scores[:, : batch.width + 1]) if every else \
+            argmax_rows(scores, torch.from_numpy(g), batch.width + 1)  # [g, N+1]
         if batch.chain:
             counts[g], bonus[g] = greedy_accept_with_bonus(batch.tokens[g], batch.sizes[g], targets)
         else:
             found, bonus[g] = T.greedy_tree_accept(batch.tokens[g], batch.parents[g], batch.sizes[g], targets)
             for i, path in zip(g.tolist(), found):
                 paths[i] = path
-    for i in sorted(set(range(b)) - set(greedy_rows.tolist())):
+    for i in () if every else sorted(set(range(b)) - set(greedy_rows.tolist())):
         paths[i], bonus[i] = pick(i)
         counts[i] = len(paths[i])
     if batch.chain:  # a chain's accepted path is its first counts[i] nodes

@@ -436,15 +436,22 @@ def test_recurrent_models_serve_each_joined_row_on_its_own_state(name):
     assert not any(module._forward_pre_hooks for module in recurrent_modules(model))  # no request left its hooks
 
 
-@pytest.mark.parametrize("name", ["llama", "gemma3_text", "mistral", "llama4_text", "deepseek_v3", "deepseek_v32"])
+def _static_families() -> list:
+    from lookahead.model.static import TESTED
+
+    return sorted(set(TESTED) | {"llama4_text", "deepseek_v3", "deepseek_v32"})
+
+
+@pytest.mark.parametrize("name", _static_families())
 def test_the_static_cache_serves_each_joined_row_equal_to_greedy(name):
     """Served from the static slot cache (`cache_implementation="static"`; eager here, the step a GPU captures as
-    CUDA graphs): full attention, sliding windows beside it (a ring of slots), every layer windowed, chunks,
-    multi-head latent attention (buffers of their own) and an indexer's keys; three requests join one batch a step
-    apart (the batch grows from one row to four) and decode to `model.generate`'s tokens, drafts rejected and
+    CUDA graphs), every architecture a GPU serves from it by default (`static.TESTED`: full attention, sliding
+    windows beside it in a ring of slots, every layer windowed, attention sinks, soft-capping, learned positions) and
+    chunks, multi-head latent attention (buffers of their own) and an indexer's keys: three requests join one batch a
+    step apart (the batch grows from one row to four) and decode to `model.generate`'s tokens, drafts rejected and
     accepted."""
-    # the tiny Gemma 3 answers in long runs of one token, where a prediction's place is ambiguous (as RecurrentGemma's)
-    served_family(name, least=6 if name == "gemma3_text" else None, cache_implementation="static")
+    # some tiny models answer in long runs of one token, where a prediction's place is ambiguous (as RecurrentGemma's)
+    served_family(name, least=6, cache_implementation="static")
 
 
 def test_static_rows_leave_and_join_while_the_batch_moves(reference):

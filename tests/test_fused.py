@@ -231,7 +231,7 @@ def test_draft_kernel_fills_what_the_step_computes():
         expected = sizing.draft(indexes, max_new - 1 - lens, padded)
         drafts, ints = np.full((r, max_tokens), 7), [np.zeros(r, dtype=np.int64) for _ in range(3)]
         pads, policy = np.array([padded(n) for n in range(max_tokens + 1)]), sizing.length
-        widest = K.draft(typed.List([ix._hist for ix in indexes]), typed.List([ix._state for ix in indexes]), lens,
+        widest = K._draft(typed.List([ix._hist for ix in indexes]), typed.List([ix._state for ix in indexes]), lens,
                          max_new, max_tokens, pads, _BUCKETS, policy.accepted, policy.rejected, policy.version,
                          *policy.tables(r), drafts, *ints)
         assert ints[0].tolist() == [len(d) for d in expected]
@@ -269,7 +269,7 @@ def test_tree_draft_kernel_keeps_what_tree_sizing_keeps():
         tokens, parents, probs = np.full((r, max_nodes), 7), np.full((r, max_nodes), 7), np.full((r, max_nodes), 7.0)
         ints = [np.zeros(r, dtype=np.int64) for _ in range(4)]
         policy, cal = sizing.length, sizing.calibration
-        widest = K.draft_trees(typed.List([ix._arrays for ix in indexes]), typed.List([ix._scratch for ix in indexes]),
+        widest = K._draft_trees(typed.List([ix._arrays for ix in indexes]), typed.List([ix._scratch for ix in indexes]),
                                lens, max_new, max_nodes, np.array([padded(n) for n in range(max_nodes + 1)]), _BUCKETS,
                                policy.accepted, policy.rejected, policy.version, *policy.tables(r), cal.EDGES,
                                cal.accepted, cal.seen, cal.prior, sizing.step_costs(r), tokens, parents, probs, *ints)

@@ -147,14 +147,14 @@ def test_fused_drafts_write_at_most_their_buffers_width(kind, width):
     pads, tables = np.arange(budget + 1), policy.tables(r)
     common = (lens, max_new, budget, pads, _BUCKETS, policy.accepted, policy.rejected, policy.version, *tables)
     if kind == "ngram":
-        FK.draft(typed.List([ix._hist for ix in indexes]), typed.List([ix._state for ix in indexes]), *common, tokens,
+        FK._draft(typed.List([ix._hist for ix in indexes]), typed.List([ix._state for ix in indexes]), *common, tokens,
                  sizes, matches, budgets)
     elif kind == "suffix":
-        FK.draft_suffix(typed.List([ix._arrays for ix in indexes]), typed.List([ix._scratch for ix in indexes]),
+        FK._draft_suffix(typed.List([ix._arrays for ix in indexes]), typed.List([ix._scratch for ix in indexes]),
                         *common, tokens, sizes, matches, budgets)
     else:
         cal = sizing.calibration
-        FK.draft_trees(typed.List([ix._arrays for ix in indexes]), typed.List([ix._scratch for ix in indexes]),
+        FK._draft_trees(typed.List([ix._arrays for ix in indexes]), typed.List([ix._scratch for ix in indexes]),
                        *common, cal.EDGES, cal.accepted, cal.seen, cal.prior, sizing.step_costs(r), tokens, parents,
                        probs, sizes, matches, budgets, np.zeros(r, np.int64))
     assert sizes.tolist() == [width] * r

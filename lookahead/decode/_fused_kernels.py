@@ -7,7 +7,9 @@ width); `accept` is greedy acceptance, the policy's update (`DraftLength.update`
 plain decoding stops (`Stopper.keep` without criteria) and the index's extension with them (`NgramIndex.extend`).
 Trees: `draft_trees` and `accept_trees` do the same for `TreeSizing` over `SuffixIndex`es (best-first trees cut to
 the size that pays, the calibration and the chain floor learned from the accepted paths). Each row's index is passed
-as its arrays (typed lists, or tuples for one row), which the kernels change in place.
+as its arrays (typed lists, or tuples for one row), which the kernels change in place. The kernels the step calls
+(`draft*`, `step*`) take the index's `kernel_state` and the step's state in named bundles (`Rows`, `Policy`,
+`Sizing`, `Chains` or `Trees`, `Calibration`, `TreeWork`); the helpers under them take arrays.
 
 What keeps the writes inside the arrays (the caller, `fused._Fused`, allocates them per `run_rows` call):
 - the draft buffers, tokens (parents, probs) [r, max(budget, 1)]: a draft writes at most its buffer's width (the
@@ -19,6 +21,8 @@ What keeps the writes inside the arrays (the caller, `fused._Fused`, allocates t
   `suffix_room`, the indexes' own `fits`) and change nothing when one does not (-1: the caller grows it and calls
   again); the index kernels check it again themselves.
 """
+from collections import namedtuple
+
 import numpy as np
 from numba import njit, typed
 
@@ -30,9 +34,23 @@ from ._policy_kernels import choose, pack_picked, record, tree_pick, tree_record
 
 PTR, RUN = NK.PTR, NK.RUN
 
+# What the step kernels take, in bundles (numba types each as a tuple; `fused._Fused` builds them once per `run_rows`)
+Policy = namedtuple("Policy", "edges accepted rejected version")  # the length policy's tables (`DraftLength`)
+Sizing = namedtuple("Sizing", "most pads costs table seen")  # draft tokens or nodes a row asks at most, the columns
+# a step verifying n computes anyway (pads [most + 1]) and the step costs of this many rows (`policy.tables`)
+Rows = namedtuple("Rows", "eos max_new lens out last counts bonus done totals budgets")  # the rows' decoding: eos ids,
+# most new tokens, tokens so far [r], out [r, max_new], newest token, the step's verdict (counts, bonus), done [r],
+# drafted and accepted tokens [2], each row's draft budget [r]
+Chains = namedtuple("Chains", "tokens sizes matches")  # a step's chain drafts [r, width], sizes [r], matches [r]
+Trees = namedtuple("Trees", "tokens parents probs sizes matches depths")  # a step's trees, and the chain floor's
+# depths [r]
+Calibration = namedtuple("Calibration", "edges accepted seen prior")  # `TreeCalibration`'s tables
+TreeWork = namedtuple("TreeWork", "paths cols nodes step_costs")  # an accepted path [r, width] and its columns
+# [r, width + 1], each row's proposed nodes [r], the costs of a step's nodes [most + 1]
+
 
 @njit(cache=True)
-def draft(hists, states, lens, max_new, max_tokens, pads, edges, accepted, rejected, version, costs, table, seen,
+def _draft(hists, states, lens, max_new, max_tokens, pads, edges, accepted, rejected, version, costs, table, seen,
           drafts, sizes, matches, budgets):
     """Each row's next chain draft into drafts [r, >= max_tokens] (zero past its size; a row writes at most drafts'
     width, `ngram_propose`), sizes [r] and the match behind it, matches [r]; returns the widest draft. `lens` [r]:
@@ -49,9 +67,9 @@ def draft(hists, states, lens, max_new, max_tokens, pads, edges, accepted, rejec
 
 
 @njit(cache=True)
-def draft_suffix(automata, scratches, lens, max_new, max_tokens, pads, edges, accepted, rejected, version, costs,
+def _draft_suffix(automata, scratches, lens, max_new, max_tokens, pads, edges, accepted, rejected, version, costs,
                  table, seen, drafts, sizes, matches, budgets):
-    """`draft` from `SuffixIndex`es (their greedy paths, `SuffixIndex.propose`); a row asks for at most drafts'
+    """`_draft` from `SuffixIndex`es (their greedy paths, `SuffixIndex.propose`); a row asks for at most drafts'
     width (`suffix_chain` writes at most its scratch's chain)."""
     for k in range(len(automata)):
         matches[k] = _suffix_match(automata[k])
@@ -204,7 +222,7 @@ def _gain(k, tokens, path, count, bonus, eos, max_new, lens, out, last, done):
 
 
 @njit(cache=True)
-def draft_trees(automata, scratches, lens, max_new, max_nodes, pads, edges, accepted, rejected, version, costs, table,
+def _draft_trees(automata, scratches, lens, max_new, max_nodes, pads, edges, accepted, rejected, version, costs, table,
                 seen, cal_edges, cal_accepted, cal_seen, prior, step_costs, tokens, parents, probs, sizes, matches,
                 depths, nodes):
     """Each row's best-first tree, its nodes that pay and the chain floor's path (`TreeSizing.draft`, `tree_pick`),
@@ -271,50 +289,72 @@ def accept_trees(targets, tokens, parents, sizes, probs, matches, depths, automa
 
 
 @njit(cache=True)
-def step(targets, drafts, width, sizes, matches, hists, tables, states, max_ngram, min_ngram, edges, accepted,
-         rejected, version, eos, max_new, lens, out, last, counts, bonus, done, totals, max_tokens, pads, costs, table,
-         seen, next_drafts, next_sizes, next_matches, budgets):
-    """One call a step: `accept` of this step's chains (the first `width` columns of the buffer `drafts`: a whole
-    buffer has one type however wide the step, where numba types a view of its first columns by its layout), then,
-    when no row is done, `draft` of the next step's into next_drafts, next_sizes and next_matches. Returns (rows done,
-    or -1 as `accept`; the next draft's width)."""
-    finished = accept(targets, drafts[:, :width], sizes, matches, hists, tables, states, max_ngram, min_ngram, edges,
-                      accepted, rejected, version, eos, max_new, lens, out, last, counts, bonus, done, totals)
-    if finished != 0:
-        return finished, 0
-    return 0, draft(hists, states, lens, max_new, max_tokens, pads, edges, accepted, rejected, version, costs, table,
-                    seen, next_drafts, next_sizes, next_matches, budgets)
+def draft(index, rows, sizing, policy, d):
+    """The first step's chain drafts from `NgramIndex`es (index: their hists, tables, states) into d (`Chains`);
+    returns the widest (`_draft`)."""
+    hists, _, states = index
+    return _draft(hists, states, rows.lens, rows.max_new, sizing.most, sizing.pads, policy.edges, policy.accepted,
+                  policy.rejected, policy.version, sizing.costs, sizing.table, sizing.seen, d.tokens, d.sizes,
+                  d.matches, rows.budgets)
 
 
 @njit(cache=True)
-def step_suffix(targets, drafts, width, sizes, matches, automata, scratches, edges, accepted, rejected, version, eos,
-                max_new, lens, out, last, counts, bonus, done, totals, max_tokens, pads, costs, table, seen,
-                next_drafts, next_sizes, next_matches, budgets):
+def step(targets, now, width, index, ngram, policy, rows, sizing, later):
+    """One call a step: `accept` of this step's chains (the first `width` columns of now's buffer (`Chains`): a
+    whole buffer has one type however wide the step, where numba types a view of its first columns by its layout),
+    then, when no row is done, `draft` of the next step's into `later`. ngram: (max_ngram, min_ngram). Returns (rows
+    done, or -1 as `accept`; the next draft's width)."""
+    hists, tables, states = index
+    finished = accept(targets, now.tokens[:, :width], now.sizes, now.matches, hists, tables, states, ngram[0],
+                      ngram[1], policy.edges, policy.accepted, policy.rejected, policy.version, rows.eos,
+                      rows.max_new, rows.lens, rows.out, rows.last, rows.counts, rows.bonus, rows.done, rows.totals)
+    if finished != 0:
+        return finished, 0
+    return 0, draft(index, rows, sizing, policy, later)
+
+
+@njit(cache=True)
+def draft_suffix(index, rows, sizing, policy, d):
+    """`draft` from `SuffixIndex`es (index: their automata and scratches)."""
+    automata, scratches = index
+    return _draft_suffix(automata, scratches, rows.lens, rows.max_new, sizing.most, sizing.pads, policy.edges,
+                         policy.accepted, policy.rejected, policy.version, sizing.costs, sizing.table, sizing.seen,
+                         d.tokens, d.sizes, d.matches, rows.budgets)
+
+
+@njit(cache=True)
+def step_suffix(targets, now, width, index, policy, rows, sizing, later):
     """`step` for chains from `SuffixIndex`es (`accept_suffix`, then `draft_suffix`)."""
-    finished = accept_suffix(targets, drafts[:, :width], sizes, matches, automata, edges, accepted, rejected, version,
-                             eos, max_new, lens, out, last, counts, bonus, done, totals)
+    finished = accept_suffix(targets, now.tokens[:, :width], now.sizes, now.matches, index[0], policy.edges,
+                             policy.accepted, policy.rejected, policy.version, rows.eos, rows.max_new, rows.lens,
+                             rows.out, rows.last, rows.counts, rows.bonus, rows.done, rows.totals)
     if finished != 0:
         return finished, 0
-    return 0, draft_suffix(automata, scratches, lens, max_new, max_tokens, pads, edges, accepted, rejected, version,
-                           costs, table, seen, next_drafts, next_sizes, next_matches, budgets)
+    return 0, draft_suffix(index, rows, sizing, policy, later)
 
 
 @njit(cache=True)
-def step_trees(targets, tokens, parents, probs, width, sizes, matches, depths, automata, scratches, edges, accepted,
-               rejected, version, cal_edges, cal_accepted, cal_seen, prior, eos, max_new, lens, out, last, counts,
-               bonus, paths, cols, done, totals, max_nodes, pads, costs, table, seen, step_costs, next_tokens,
-               next_parents, next_probs, next_sizes, next_matches, next_depths, nodes):
-    """`step` for trees (`accept_trees` of the buffers' first `width` columns, then `draft_trees` into the next_
-    arrays). Returns (rows done or -1, whether every row accepted its first nodes in order, the next tree's width)."""
-    finished, in_place = accept_trees(targets, tokens[:, :width], parents[:, :width], sizes, probs[:, :width], matches,
-                                      depths, automata, edges, accepted, rejected, version, cal_edges, cal_accepted,
-                                      cal_seen, eos, max_new, lens, out, last, counts, bonus, paths, cols, done,
-                                      totals)
+def draft_trees(index, rows, sizing, policy, cal, work, d):
+    """The first step's trees from `SuffixIndex`es into d (`Trees`); returns the widest (`_draft_trees`)."""
+    automata, scratches = index
+    return _draft_trees(automata, scratches, rows.lens, rows.max_new, sizing.most, sizing.pads, policy.edges,
+                        policy.accepted, policy.rejected, policy.version, sizing.costs, sizing.table, sizing.seen,
+                        cal.edges, cal.accepted, cal.seen, cal.prior, work.step_costs, d.tokens, d.parents, d.probs,
+                        d.sizes, d.matches, d.depths, work.nodes)
+
+
+@njit(cache=True)
+def step_trees(targets, now, width, index, policy, cal, rows, work, sizing, later):
+    """`step` for trees (`accept_trees` of now's first `width` columns, then `draft_trees` into `later`). Returns
+    (rows done or -1, whether every row accepted its first nodes in order, the next tree's width)."""
+    finished, in_place = accept_trees(targets, now.tokens[:, :width], now.parents[:, :width], now.sizes,
+                                      now.probs[:, :width], now.matches, now.depths, index[0], policy.edges,
+                                      policy.accepted, policy.rejected, policy.version, cal.edges, cal.accepted,
+                                      cal.seen, rows.eos, rows.max_new, rows.lens, rows.out, rows.last, rows.counts,
+                                      rows.bonus, work.paths, work.cols, rows.done, rows.totals)
     if finished != 0:
         return finished, in_place, 0
-    return 0, in_place, draft_trees(automata, scratches, lens, max_new, max_nodes, pads, edges, accepted, rejected,
-                                    version, costs, table, seen, cal_edges, cal_accepted, cal_seen, prior, step_costs,
-                                    next_tokens, next_parents, next_probs, next_sizes, next_matches, next_depths, nodes)
+    return 0, in_place, draft_trees(index, rows, sizing, policy, cal, work, later)
 
 
 @njit(cache=True)

@@ -44,10 +44,10 @@ def _propose(automaton, scratch, row, m, keep, budget):
 
 
 @njit(cache=True)
-def draft_recycle_trees(automata, scratches, rows, m, keep, lens, max_new, max_nodes, pads, edges, accepted, rejected,
+def _draft_recycle_trees(automata, scratches, rows, m, keep, lens, max_new, max_nodes, pads, edges, accepted, rejected,
                         version, costs, table, seen, cal_edges, cal_accepted, cal_seen, prior, step_costs, tokens,
                         parents, probs, sizes, matches, depths, nodes):
-    """`_fused_kernels.draft_trees` over merged trees (m: M's arrays ids, score, keys, pair, pprob, calib, meta)."""
+    """`_fused_kernels._draft_trees` over merged trees (m: M's arrays ids, score, keys, pair, pprob, calib, meta)."""
     r = len(automata)
     for k in range(r):
         matches[k] = _match(automata[k], m[0], rows[k][9])
@@ -100,21 +100,30 @@ def accept_recycle_trees(targets, top_ids, top_probs, tokens, parents, sizes, pr
 
 
 @njit(cache=True)
-def step_recycle_trees(targets, top_ids, top_probs, tokens, parents, probs, width, sizes, matches, depths, automata,
-                       scratches, rows, recycled, keep, edges, accepted, rejected, version, cal_edges, cal_accepted,
-                       cal_seen, prior, eos, max_new, lens, out, last, counts, bonus, paths, cols, done, totals,
-                       max_nodes, pads, costs, table, seen, step_costs, next_tokens, next_parents, next_probs,
-                       next_sizes, next_matches, next_depths, nodes):
-    """`_fused_kernels.step_trees` for merged trees: `accept_recycle_trees` of the buffers' first `width` columns,
-    then `draft_recycle_trees` into the next_ arrays."""
+def draft_recycle_trees(index, m, keep, rows, sizing, policy, cal, work, d):
+    """`_fused_kernels.draft_trees` over merged trees (index: each row's automaton, scratch and `RecycleIndex` row;
+    m: M's arrays ids, score, keys, pair, pprob, calib, meta; keep: the merge's least probability)."""
+    automata, scratches, recycle_rows = index
+    return _draft_recycle_trees(automata, scratches, recycle_rows, m, keep, rows.lens, rows.max_new, sizing.most,
+                                sizing.pads, policy.edges, policy.accepted, policy.rejected, policy.version,
+                                sizing.costs, sizing.table, sizing.seen, cal.edges, cal.accepted, cal.seen, cal.prior,
+                                work.step_costs, d.tokens, d.parents, d.probs, d.sizes, d.matches, d.depths,
+                                work.nodes)
+
+
+@njit(cache=True)
+def step_recycle_trees(targets, top_ids, top_probs, now, width, index, recycled, keep, policy, cal, rows, work, sizing,
+                       later):
+    """`_fused_kernels.step_trees` for merged trees: `accept_recycle_trees` of now's first `width` columns (top_ids,
+    top_probs: the step's top-k after every column), then `draft_recycle_trees` into `later`. recycled: M's arrays
+    ids, score, keys, pair, pprob, stamp, meta, calib."""
+    automata, _, recycle_rows = index
     finished, in_place = accept_recycle_trees(
-        targets, top_ids, top_probs, tokens[:, :width], parents[:, :width], sizes, probs[:, :width], matches, depths,
-        automata, rows, recycled, edges, accepted, rejected, version, cal_edges, cal_accepted, cal_seen, eos, max_new,
-        lens, out, last, counts, bonus, paths, cols, done, totals)
+        targets, top_ids, top_probs, now.tokens[:, :width], now.parents[:, :width], now.sizes, now.probs[:, :width],
+        now.matches, now.depths, automata, recycle_rows, recycled, policy.edges, policy.accepted, policy.rejected,
+        policy.version, cal.edges, cal.accepted, cal.seen, rows.eos, rows.max_new, rows.lens, rows.out, rows.last,
+        rows.counts, rows.bonus, work.paths, work.cols, rows.done, rows.totals)
     if finished != 0:
         return finished, in_place, 0
     m = (recycled[0], recycled[1], recycled[2], recycled[3], recycled[4], recycled[7], recycled[6])
-    return 0, in_place, draft_recycle_trees(automata, scratches, rows, m, keep, lens, max_new, max_nodes, pads, edges,
-                                            accepted, rejected, version, costs, table, seen, cal_edges,
-                                            cal_accepted, cal_seen, prior, step_costs, next_tokens, next_parents,
-                                            next_probs, next_sizes, next_matches, next_depths, nodes)
+    return 0, in_place, draft_recycle_trees(index, m, keep, rows, sizing, policy, cal, work, later)

@@ -5,7 +5,8 @@ those costs a fresh install tens of seconds that a one-row call never needs."""
 import numpy as np
 from numba import typed
 
-from ._fused_kernels import draft, draft_suffix, draft_trees, kept, step, step_suffix, step_trees
+from ._fused_kernels import (Calibration, Chains, Policy, Rows, Sizing, Trees, TreeWork, draft, draft_suffix,
+                             draft_trees, kept, step, step_suffix, step_trees)
 from ._fused_recycle import draft_recycle_trees, step_recycle_trees
 
 
@@ -49,53 +50,58 @@ def _variants(items: tuple, many: bool) -> list:
     return [tuple((item,) for item in items), tuple(typed.List([item] * 2) for item in items)]
 
 
-def _policy_and_sizing() -> tuple:
-    """A length policy's arrays (edges, accepted, rejected, version) and a sizing (max tokens, pads, costs, table,
-    seen) for the warm-ups."""
+def _bundles(r: int) -> tuple:
+    """A length policy (`Policy`), a sizing of at most 4 tokens (`Sizing`) and r rows' `Rows` for the warm-ups."""
     from .policy import _BUCKETS
 
     buckets = len(_BUCKETS)
-    policy = (_BUCKETS, np.full(buckets, 3.0), np.ones(buckets), np.zeros(buckets, np.int64))
-    sizing = (4, np.array([0, 1, 3, 3, 7]), np.array([1.0, 1.1, 1.2, 1.3, 1.4]), np.zeros(buckets, np.int64),
-              np.full(buckets, -1))
-    return policy, sizing
+    policy = Policy(_BUCKETS, np.full(buckets, 3.0), np.ones(buckets), np.zeros(buckets, np.int64))
+    sizing = Sizing(4, np.array([0, 1, 3, 3, 7]), np.array([1.0, 1.1, 1.2, 1.3, 1.4]), np.zeros(buckets, np.int64),
+                    np.full(buckets, -1))
+    ints = np.zeros((4, r), np.int64)
+    rows = Rows(np.array([7]), 8, ints[0], np.zeros((r, 8), np.int64), ints[1], ints[2], ints[3],
+                np.zeros(r, np.bool_), np.zeros(2, np.int64), np.zeros(r, np.int64))
+    return policy, sizing, rows
+
+
+def _chains(r: int) -> tuple:
+    """Two steps' `Chains` buffers of r rows."""
+    return tuple(Chains(np.zeros((r, 8), np.int64), np.zeros(r, np.int64), np.zeros(r, np.int64)) for _ in range(2))
+
+
+def _trees(r: int) -> tuple:
+    """Two steps' `Trees` buffers of r rows, a `Calibration` and the `TreeWork`."""
+    from .policy import TreeCalibration
+
+    cal = TreeCalibration()
+    trees = tuple(Trees(np.zeros((r, 8), np.int64), np.zeros((r, 8), np.int64), np.zeros((r, 8)), np.zeros(r, np.int64),
+                        np.zeros(r, np.int64), np.zeros(r, np.int64)) for _ in range(2))
+    work = TreeWork(np.zeros((r, 8), np.int64), np.zeros((r, 9), np.int64), np.zeros(r, np.int64), np.ones(5))
+    return trees, Calibration(cal.EDGES, cal.accepted, cal.seen, cal.prior), work
 
 
 def _warm(hists, tables, states) -> None:
     """The chain kernels over r = len(hists) rows, as the loop calls them."""
-    (policy, sizing), r = _policy_and_sizing(), len(hists)
-    drafts, lens, ints = np.zeros((2, r, 8), np.int64), np.zeros(r, np.int64), [np.zeros(r, np.int64) for _ in range(8)]
-    widest = draft(hists, states, lens, 8, *sizing[:2], *policy, *sizing[2:], drafts[0], *ints[:3])
-    step(np.zeros((r, widest + 1), np.int64), drafts[0], widest, ints[0], ints[1], hists, tables, states, 4, 1,
-         *policy, np.array([7]), 8, lens, np.zeros((r, 8), np.int64), *ints[3:6], np.zeros(r, np.bool_),
-         np.zeros(2, np.int64), *sizing, drafts[1], ints[6], ints[7], ints[2])
+    index, r = (hists, tables, states), len(hists)
+    (policy, sizing, rows), (now, later) = _bundles(r), _chains(r)
+    widest = draft(index, rows, sizing, policy, now)
+    step(np.zeros((r, widest + 1), np.int64), now, widest, index, (4, 1), policy, rows, sizing, later)
 
 
 def _warm_suffix_chains(automata, scratches) -> None:
     """`_warm` for chains from suffix indexes."""
-    (policy, sizing), r = _policy_and_sizing(), len(automata)
-    drafts, lens, ints = np.zeros((2, r, 8), np.int64), np.zeros(r, np.int64), [np.zeros(r, np.int64) for _ in range(8)]
-    widest = draft_suffix(automata, scratches, lens, 8, *sizing[:2], *policy, *sizing[2:], drafts[0], *ints[:3])
-    step_suffix(np.zeros((r, widest + 1), np.int64), drafts[0], widest, ints[0], ints[1], automata, scratches,
-                *policy, np.array([7]), 8, lens, np.zeros((r, 8), np.int64), *ints[3:6], np.zeros(r, np.bool_),
-                np.zeros(2, np.int64), *sizing, drafts[1], ints[6], ints[7], ints[2])
+    index, r = (automata, scratches), len(automata)
+    (policy, sizing, rows), (now, later) = _bundles(r), _chains(r)
+    widest = draft_suffix(index, rows, sizing, policy, now)
+    step_suffix(np.zeros((r, widest + 1), np.int64), now, widest, index, policy, rows, sizing, later)
 
 
 def _warm_trees(automata, scratches) -> None:
     """`_warm` for trees."""
-    from .policy import TreeCalibration
-
-    (policy, sizing), cal, r = _policy_and_sizing(), TreeCalibration(), len(automata)
-    calibration = (cal.EDGES, cal.accepted, cal.seen, cal.prior)
-    ints = [np.zeros(r, np.int64) for _ in range(12)]
-    tokens, parents, probs = np.zeros((2, r, 8), np.int64), np.zeros((2, r, 8), np.int64), np.zeros((2, r, 8))
-    widest = draft_trees(automata, scratches, ints[0], 8, *sizing[:2], *policy, *sizing[2:], *calibration,
-                         np.ones(5), tokens[0], parents[0], probs[0], *ints[1:5])
-    step_trees(np.zeros((r, widest + 1), np.int64), tokens[0], parents[0], probs[0], widest, ints[1], ints[2],
-               ints[3], automata, scratches, *policy, *calibration, np.array([7]), 8, ints[0],
-               np.zeros((r, 8), np.int64), *ints[5:8], np.zeros((r, 8), np.int64), np.zeros((r, 9), np.int64),
-               np.zeros(r, np.bool_), np.zeros(2, np.int64), *sizing, np.ones(5), tokens[1], parents[1], probs[1],
-               *ints[8:11], ints[4])
+    index, r = (automata, scratches), len(automata)
+    (policy, sizing, rows), ((now, later), cal, work) = _bundles(r), _trees(r)
+    widest = draft_trees(index, rows, sizing, policy, cal, work, now)
+    step_trees(np.zeros((r, widest + 1), np.int64), now, widest, index, policy, cal, rows, work, sizing, later)
 
 
 def warm_up_recycle_trees(many: bool = False) -> None:
@@ -113,18 +119,10 @@ def warm_up_recycle_trees(many: bool = False) -> None:
 
 def _warm_recycle_trees(lists, table) -> None:
     """`_warm_trees` for merged trees."""
-    from .policy import TreeCalibration
-
-    (policy, sizing), cal, r = _policy_and_sizing(), TreeCalibration(), len(lists[0])
-    calibration = (cal.EDGES, cal.accepted, cal.seen, cal.prior)
-    ints = [np.zeros(r, np.int64) for _ in range(12)]
-    tokens, parents, probs = np.zeros((2, r, 8), np.int64), np.zeros((2, r, 8), np.int64), np.zeros((2, r, 8))
+    r = len(lists[0])
+    (policy, sizing, rows), ((now, later), cal, work) = _bundles(r), _trees(r)
     m = (table.ids, table.score, table.keys, table.pair, table.pprob, table.calib, table.meta)
-    widest = draft_recycle_trees(*lists, m, 0.01, ints[0], 8, *sizing[:2], *policy, *sizing[2:], *calibration,
-                                 np.ones(5), tokens[0], parents[0], probs[0], *ints[1:5])
+    widest = draft_recycle_trees(lists, m, 0.01, rows, sizing, policy, cal, work, now)
     top = (np.zeros((r, widest + 1, 2), np.int64), np.zeros((r, widest + 1, 2), np.float32))
-    step_recycle_trees(np.zeros((r, widest + 1), np.int64), *top, tokens[0], parents[0], probs[0], widest, ints[1],
-                       ints[2], ints[3], *lists, (*table.arrays, table.calib), 0.01, *policy, *calibration,
-                       np.array([7]), 8, ints[0], np.zeros((r, 8), np.int64), *ints[5:8], np.zeros((r, 8), np.int64),
-                       np.zeros((r, 9), np.int64), np.zeros(r, np.bool_), np.zeros(2, np.int64), *sizing, np.ones(5),
-                       tokens[1], parents[1], probs[1], *ints[8:11], ints[4])
+    step_recycle_trees(np.zeros((r, widest + 1), np.int64), *top, now, widest, lists, (*table.arrays, table.calib),
+                       0.01, policy, cal, rows, work, sizing, later)

@@ -21,6 +21,7 @@ from numba import typed
 from ..runtime.jit import interpreted, kernels
 from . import _fused_kernels, _fused_recycle
 from . import _fused_warmup as W
+from ._fused_kernels import Calibration, Chains, Policy, Rows, Sizing, Trees, TreeWork
 from ..index.ngram import NgramIndex
 from ..index.recycle import RecycleIndex
 from ..index.suffix import SuffixIndex
@@ -98,12 +99,12 @@ class _Fused:
             self.clock.lap("accept")  # the next step's draft included
             if not finished:
                 batch, now, later = self._batch(later, s["widest"]), later, now
-        drafted, accepted = s["totals"].tolist()
+        drafted, accepted = s["rows"].totals.tolist()
         run.stats.draft_tokens += drafted
         run.stats.accepted_tokens += accepted
         for k, rid in enumerate(rows.ids):
             outs[rid].extend(out[k, start[k]:lens[k]].tolist())
-        return s["done"].tolist()
+        return s["rows"].done.tolist()
 
     def _verify(self, last: np.ndarray, batch: DraftBatch, s: dict) -> np.ndarray:
         """The step's forward: the target's argmax after the root and each draft node [r, N + 1]."""
@@ -113,7 +114,7 @@ class _Fused:
         """The argmax of the prefill's logits [r, 1]."""
         return self.target.argmax(logits)
 
-    def _accept(self, targets, batch: DraftBatch, rows, lists, s: dict, now: dict, later: dict) -> tuple:
+    def _accept(self, targets, batch: DraftBatch, rows, lists, s: dict, now, later) -> tuple:
         """`_step`, after growing the indexes where they must grow first; (rows done, the index arrays)."""
         while (finished := self._step(targets, batch, lists, s, now, later)) < 0:
             for ix in rows.indexes:  # the kernel changed nothing
@@ -122,25 +123,26 @@ class _Fused:
         return finished, lists
 
     def _step_buffers(self, r: int, lens: np.ndarray, out: np.ndarray, last: np.ndarray) -> dict:
-        """The arrays the kernels read and write for r rows, by name (allocated once per `run_rows`), and the
-        kernels' arguments that stay the same for the whole call."""
+        """What the kernels read and write for r rows, by name (allocated once per `run_rows`): the rows' `Rows`, the
+        call's `Policy` and this many rows' `Sizing` (the kernels' bundles), and the next draft's width."""
         policy = self.run.sizing.length
         budgets, counts, bonus = np.zeros((3, r), dtype=np.int64)  # one allocation: each costs more than its use
-        return {"budgets": budgets, "counts": counts, "bonus": bonus, "lens": lens, "out": out, "last": last,
-                "done": np.zeros(r, dtype=np.bool_), "totals": np.zeros(2, dtype=np.int64),
-                "policy": (_BUCKETS, policy.accepted, policy.rejected, policy.version),
-                "sizing": (self.pads, *policy.tables(r)), "widest": 0}
+        rows = Rows(self.eos, self.max_new, lens, out, last, counts, bonus, np.zeros(r, dtype=np.bool_),
+                    np.zeros(2, dtype=np.int64), budgets)
+        return {"rows": rows, "policy": Policy(_BUCKETS, policy.accepted, policy.rejected, policy.version),
+                "sizing": Sizing(self.budget, self.pads, *policy.tables(r)), "widest": 0}
 
     def _drafts(self, r: int) -> tuple:
-        """Two steps' draft buffers for r rows (this step's, the next one's), each tokens [r, budget], sizes [r] and
-        the matches behind them [r] (two allocations: each costs more than the kernel's work on a small batch)."""
+        """Two steps' draft buffers for r rows (this step's, the next one's; `Chains`), each tokens [r, budget],
+        sizes [r] and the matches behind them [r] (two allocations: each costs more than the kernel's work on a small
+        batch)."""
         # a draft kernel writes at most a row's width of tokens, whatever the policy asks (`_fused_kernels.draft*`)
         tokens, ints = np.zeros((2, r, max(self.budget, 1)), dtype=np.int64), np.zeros((2, 2, r), dtype=np.int64)
-        return tuple({"tokens": tokens[i], "sizes": ints[i, 0], "matches": ints[i, 1]} for i in range(2))
+        return tuple(Chains(tokens[i], ints[i, 0], ints[i, 1]) for i in range(2))
 
-    def _batch(self, d: dict, widest: int) -> DraftBatch:
-        """The `DraftBatch` of chain drafts d, `widest` columns."""
-        return DraftBatch(None, d["tokens"][:, :widest], _chain_parents(len(d["sizes"]), widest), d["sizes"], True)
+    def _batch(self, d, widest: int) -> DraftBatch:
+        """The `DraftBatch` of chain drafts d (`Chains`), `widest` columns."""
+        return DraftBatch(None, d.tokens[:, :widest], _chain_parents(len(d.sizes), widest), d.sizes, True)
 
     def _arrays(self, rows, grown: bool = False) -> tuple:
         """The rows' index arrays as the kernels take them, one sequence per item of their `kernel_state`: a tuple
@@ -177,22 +179,17 @@ class FusedChains(_Fused):
         super().__init__(target, run, max_new, clock, indexes)
         self.ngram = (indexes[0].max_ngram, indexes[0].min_ngram) if indexes else None  # the call's n-gram settings
 
-    def _draft(self, lists, s: dict, d: dict) -> int:
+    def _draft(self, lists, s: dict, d) -> int:
         """The first step's drafts into d; returns their width."""
-        kern = kernels(_fused_kernels)
-        return kern.draft(lists[0], lists[2], s["lens"], self.max_new, self.budget, s["sizing"][0], *s["policy"],
-                       *s["sizing"][1:], d["tokens"], d["sizes"], d["matches"], s["budgets"])
+        return kernels(_fused_kernels).draft(lists, s["rows"], s["sizing"], s["policy"], d)
 
-    def _step(self, targets, batch: DraftBatch, lists, s: dict, now: dict, later: dict) -> int:
-        kern = kernels(_fused_kernels)
-        finished, s["widest"] = kern.step(
-            targets, now["tokens"], batch.width, now["sizes"], now["matches"], *lists, *self.ngram, *s["policy"],
-            self.eos, self.max_new, s["lens"], s["out"], s["last"], s["counts"], s["bonus"], s["done"], s["totals"],
-            self.budget, *s["sizing"], later["tokens"], later["sizes"], later["matches"], s["budgets"])
+    def _step(self, targets, batch: DraftBatch, lists, s: dict, now, later) -> int:
+        finished, s["widest"] = kernels(_fused_kernels).step(targets, now, batch.width, lists, self.ngram,
+                                                             s["policy"], s["rows"], s["sizing"], later)
         return finished
 
     def _verdict(self, batch: DraftBatch, s: dict) -> Verdict:
-        return Verdict(s["counts"], s["bonus"])
+        return Verdict(s["rows"].counts, s["rows"].bonus)
 
 
 class _FusedSuffix(_Fused):
@@ -205,17 +202,12 @@ class FusedSuffixChains(_FusedSuffix):
 
     warm_up = staticmethod(functools.cache(W.warm_up_suffix_chains))
 
-    def _draft(self, lists, s: dict, d: dict) -> int:
-        kern = kernels(_fused_kernels)
-        return kern.draft_suffix(*lists, s["lens"], self.max_new, self.budget, s["sizing"][0], *s["policy"],
-                              *s["sizing"][1:], d["tokens"], d["sizes"], d["matches"], s["budgets"])
+    def _draft(self, lists, s: dict, d) -> int:
+        return kernels(_fused_kernels).draft_suffix(lists, s["rows"], s["sizing"], s["policy"], d)
 
-    def _step(self, targets, batch: DraftBatch, lists, s: dict, now: dict, later: dict) -> int:
-        kern = kernels(_fused_kernels)
-        finished, s["widest"] = kern.step_suffix(
-            targets, now["tokens"], batch.width, now["sizes"], now["matches"], *lists, *s["policy"], self.eos,
-            self.max_new, s["lens"], s["out"], s["last"], s["counts"], s["bonus"], s["done"], s["totals"],
-            self.budget, *s["sizing"], later["tokens"], later["sizes"], later["matches"], s["budgets"])
+    def _step(self, targets, batch: DraftBatch, lists, s: dict, now, later) -> int:
+        finished, s["widest"] = kernels(_fused_kernels).step_suffix(targets, now, batch.width, lists, s["policy"],
+                                                                    s["rows"], s["sizing"], later)
         return finished
 
     _verdict = FusedChains._verdict
@@ -229,46 +221,39 @@ class FusedTrees(_FusedSuffix):
     def _step_buffers(self, r: int, lens: np.ndarray, out: np.ndarray, last: np.ndarray) -> dict:
         width, sizing = max(self.budget, 1), self.run.sizing  # the draft buffers' width (`_drafts`): a step's trees
         cal = sizing.calibration  # are at most that wide, so paths [r, width] and cols [r, width + 1] hold a path
-        return {**super()._step_buffers(r, lens, out, last), "paths": np.zeros((r, width), dtype=np.int64),
-                "cols": np.zeros((r, width + 1), dtype=np.int64), "nodes": np.zeros(r, dtype=np.int64),
-                "in_place": True, "calibration": (cal.EDGES, cal.accepted, cal.seen, cal.prior),
-                "step_costs": sizing.step_costs(r)}
+        work = TreeWork(np.zeros((r, width), dtype=np.int64), np.zeros((r, width + 1), dtype=np.int64),
+                        np.zeros(r, dtype=np.int64), sizing.step_costs(r))
+        return {**super()._step_buffers(r, lens, out, last), "work": work, "in_place": True,
+                "calibration": Calibration(cal.EDGES, cal.accepted, cal.seen, cal.prior)}
 
     def _drafts(self, r: int) -> tuple:
-        """Two steps' tree buffers for r rows, each with parents and probs [r, budget] and the chain floor's depths
-        [r] besides the chains' buffers."""
+        """Two steps' tree buffers for r rows (`Trees`), each with parents and probs [r, budget] and the chain
+        floor's depths [r] besides the chains' buffers."""
         width = max(self.budget, 1)
         parents, probs = np.zeros((2, r, width), dtype=np.int64), np.zeros((2, r, width))
         depths = np.zeros((2, r), dtype=np.int64)
-        return tuple({**d, "parents": parents[i], "probs": probs[i], "depths": depths[i]}
+        return tuple(Trees(d.tokens, parents[i], probs[i], d.sizes, d.matches, depths[i])
                      for i, d in enumerate(super()._drafts(r)))
 
-    def _batch(self, d: dict, widest: int) -> DraftBatch:
-        return DraftBatch(None, d["tokens"][:, :widest], d["parents"][:, :widest], d["sizes"], False,
-                          d["probs"][:, :widest])
+    def _batch(self, d, widest: int) -> DraftBatch:
+        return DraftBatch(None, d.tokens[:, :widest], d.parents[:, :widest], d.sizes, False, d.probs[:, :widest])
 
-    def _draft(self, lists, s: dict, d: dict) -> int:
-        kern = kernels(_fused_kernels)
-        return kern.draft_trees(*lists, s["lens"], self.max_new, self.budget, s["sizing"][0], *s["policy"],
-                             *s["sizing"][1:], *s["calibration"], s["step_costs"], d["tokens"], d["parents"],
-                             d["probs"], d["sizes"], d["matches"], d["depths"], s["nodes"])
+    def _draft(self, lists, s: dict, d) -> int:
+        return kernels(_fused_kernels).draft_trees(lists, s["rows"], s["sizing"], s["policy"], s["calibration"],
+                                                   s["work"], d)
 
-    def _step(self, targets, batch: DraftBatch, lists, s: dict, now: dict, later: dict) -> int:
-        kern = kernels(_fused_kernels)
-        finished, s["in_place"], s["widest"] = kern.step_trees(
-            targets, now["tokens"], now["parents"], now["probs"], batch.width, now["sizes"], now["matches"],
-            now["depths"], *lists, *s["policy"], *s["calibration"], self.eos, self.max_new, s["lens"], s["out"],
-            s["last"], s["counts"], s["bonus"], s["paths"], s["cols"], s["done"], s["totals"], self.budget,
-            *s["sizing"], s["step_costs"], later["tokens"], later["parents"], later["probs"], later["sizes"],
-            later["matches"], later["depths"], s["nodes"])
+    def _step(self, targets, batch: DraftBatch, lists, s: dict, now, later) -> int:
+        finished, s["in_place"], s["widest"] = kernels(_fused_kernels).step_trees(
+            targets, now, batch.width, lists, s["policy"], s["calibration"], s["rows"], s["work"], s["sizing"], later)
         return finished
 
     def _verdict(self, batch: DraftBatch, s: dict) -> Verdict:
         """Every row on its tree's first nodes: a chain's verdict (nothing moves); else the accepted paths'
         columns."""
+        rows = s["rows"]
         if s["in_place"]:
-            return Verdict(s["counts"], s["bonus"])
-        return Verdict(s["counts"], s["bonus"], cols=s["cols"][:, : 1 + int(s["counts"].max())], ordered=False)
+            return Verdict(rows.counts, rows.bonus)
+        return Verdict(rows.counts, rows.bonus, cols=s["work"].cols[:, : 1 + int(rows.counts.max())], ordered=False)
 
 
 class FusedRecycleTrees(FusedTrees):
@@ -302,22 +287,16 @@ class FusedRecycleTrees(FusedTrees):
         s["top"] = self.run.recycling.launch(logits)
         return self.target.argmax(logits)
 
-    def _accept(self, targets, batch: DraftBatch, rows, lists, s: dict, now: dict, later: dict) -> tuple:
+    def _accept(self, targets, batch: DraftBatch, rows, lists, s: dict, now, later) -> tuple:
         s["top_arrays"] = tuple(np.ascontiguousarray(t.numpy()) for t in s["top"])
         return super()._accept(targets, batch, rows, lists, s, now, later)
 
-    def _draft(self, lists, s: dict, d: dict) -> int:
-        krec = kernels(_fused_recycle)
-        return krec.draft_recycle_trees(*lists, self.m, self.keep, s["lens"], self.max_new, self.budget, s["sizing"][0],
-                                      *s["policy"], *s["sizing"][1:], *s["calibration"], s["step_costs"], d["tokens"],
-                                      d["parents"], d["probs"], d["sizes"], d["matches"], d["depths"], s["nodes"])
+    def _draft(self, lists, s: dict, d) -> int:
+        return kernels(_fused_recycle).draft_recycle_trees(lists, self.m, self.keep, s["rows"], s["sizing"],
+                                                           s["policy"], s["calibration"], s["work"], d)
 
-    def _step(self, targets, batch: DraftBatch, lists, s: dict, now: dict, later: dict) -> int:
-        krec = kernels(_fused_recycle)
-        finished, s["in_place"], s["widest"] = krec.step_recycle_trees(
-            targets, *s["top_arrays"], now["tokens"], now["parents"], now["probs"], batch.width, now["sizes"],
-            now["matches"], now["depths"], *lists, self.recycled, self.keep, *s["policy"], *s["calibration"],
-            self.eos, self.max_new, s["lens"], s["out"], s["last"], s["counts"], s["bonus"], s["paths"], s["cols"],
-            s["done"], s["totals"], self.budget, *s["sizing"], s["step_costs"], later["tokens"], later["parents"],
-            later["probs"], later["sizes"], later["matches"], later["depths"], s["nodes"])
+    def _step(self, targets, batch: DraftBatch, lists, s: dict, now, later) -> int:
+        finished, s["in_place"], s["widest"] = kernels(_fused_recycle).step_recycle_trees(
+            targets, *s["top_arrays"], now, batch.width, lists, self.recycled, self.keep, s["policy"],
+            s["calibration"], s["rows"], s["work"], s["sizing"], later)
         return finished

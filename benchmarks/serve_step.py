@@ -1,0 +1,110 @@
+"""The server's decoding step against `generate`'s, in one process: milliseconds per forward and the host's share.
+
+One greedy row of `lookahead serve`'s `Engine`, its turns run here one after another (no HTTP, no other thread), and
+`lookahead.generate` on the same prompt and drafting (its fused step), alternating, with the dynamic and the static
+cache. A forward's host time is the call's time less the target's own forwards (`verify`, `verify_ids`, `prefill`,
+timed around them): what the step does besides the model.
+
+    python benchmarks/serve_step.py --rounds 5
+    python benchmarks/serve_step.py --model smollm2 --device cuda --dtype bf16 --caches static   # on a GPU
+"""
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import time
+
+import numpy as np
+import torch
+
+import lookahead
+from lookahead import models
+from lookahead.model.causal import CausalLM
+from lookahead.model.static import StaticCausalLM
+from lookahead.serve.engine import Engine, _fast
+from lookahead.serve.row import Drafting, Row, Sampling
+
+TEXT = ("Once upon a time, there was a little girl named Lily. She liked to play in the park with her dog. "
+        "One day, Lily and her dog went to the park to play with a big red ball. ") * 4
+FORWARDS = []  # seconds inside the target's forwards, this call
+_DEPTH = [0]  # forwards inside forwards (`CausalLM.verify_ids` runs `verify`) count once
+
+
+def _timed(cls, name: str) -> None:
+    inner = getattr(cls, name)
+
+    def timed(self, *args, **kwargs):
+        begin = time.perf_counter()
+        _DEPTH[0] += 1
+        try:
+            return inner(self, *args, **kwargs)
+        finally:
+            _DEPTH[0] -= 1
+            if _DEPTH[0] == 0:
+                if self.facts.device.type == "cuda":
+                    torch.cuda.synchronize()
+                FORWARDS.append(time.perf_counter() - begin)
+
+    setattr(cls, name, timed)
+
+
+def served(model, tok, ids: np.ndarray, max_new: int, cache) -> tuple:
+    """(seconds, forwards, tokens) of one greedy row through the engine's turns."""
+    engine = Engine(model, cache_implementation=cache, max_model_len=len(ids) + max_new + 64)
+    row = Row(ids, max_new, (), Sampling(0.0), Drafting(), tok)
+    with torch.inference_mode(), _fast(model):
+        engine.submit(row)
+        begin = time.perf_counter()
+        while not row.done:
+            engine._turn()
+        seconds = time.perf_counter() - begin
+    return seconds, row.stats.forward_passes, row.out
+
+
+def generated(model, tok, ids: np.ndarray, max_new: int, cache) -> tuple:
+    """(seconds, forwards, tokens) of `lookahead.generate` on the same prompt."""
+    begin = time.perf_counter()
+    out, stats = lookahead.generate(model, torch.as_tensor(ids)[None].to(model.device), max_new_tokens=max_new,
+                                    return_stats=True, cache_implementation=cache)
+    return time.perf_counter() - begin, stats.forward_passes, out[0, len(ids):].tolist()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default=None, help="what lookahead.models.load takes (default: the bundled stories260K)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32")
+    p.add_argument("--max-new", type=int, default=200)
+    p.add_argument("--rounds", type=int, default=5, help="timed rounds after a warm-up round (default 5)")
+    p.add_argument("--caches", nargs="+", choices=("dynamic", "static"), default=["dynamic", "static"])
+    args = p.parse_args()
+    model, tok, _ = models.load(args.model or models.default_model_path(), device=args.device, dtype=args.dtype)
+    ids = np.asarray(tok(TEXT)["input_ids"], dtype=np.int64)
+    for cls in (CausalLM, StaticCausalLM):
+        for name in ("verify", "verify_ids", "prefill"):
+            _timed(cls, name)
+    runs = {}
+    for r in range(args.rounds + 1):
+        for cache in args.caches:
+            for who, run in (("serve engine", served), ("generate", generated)):
+                FORWARDS.clear()
+                seconds, forwards, out = run(model, tok, ids, args.max_new, cache)
+                if r:
+                    runs.setdefault((cache, who), []).append((seconds, forwards, sum(FORWARDS), out))
+    print(f"{model.config.model_type}, {args.device}, {args.dtype}, {torch.get_num_threads()} threads, {len(ids)} "
+          f"prompt tokens, {args.max_new} new, {args.rounds} rounds; {platform.processor() or platform.machine()}")
+    print("| cache | step | ms per forward | host us per forward | forwards | same tokens as generate |")
+    print("| --- | --- | ---: | ---: | ---: | --- |")
+    for cache in args.caches:
+        want = runs[(cache, "generate")][0][3]
+        for who in ("serve engine", "generate"):
+            rows = runs[(cache, who)]
+            ms = statistics.median(s / f for s, f, _, _ in rows) * 1e3
+            host = statistics.median((s - t) / f for s, f, t, _ in rows) * 1e6
+            same = all(out == want for *_, out in rows)
+            print(f"| {cache} | {who} | {ms:.2f} | {host:.0f} | {rows[0][1]} | {'yes' if same else 'no'} |")
+
+
+if __name__ == "__main__":
+    main()

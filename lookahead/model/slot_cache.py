@@ -179,7 +179,7 @@ class SlotCache(Cache):
     def take_rows(self, old: "SlotCache", index: torch.Tensor, n: int) -> None:
         """Fill this cache's rows with the first `n` slots of `old`'s rows `index` [b] (every layer, recurrent states
         too; compaction)."""
-        self.kv[:, :, :, :, :n] = old.kv[:, :, index, :, :n]
+        self._take(old, slice(None), index, n)
         for i, (_, attends) in old.states.items():
             theirs, mine = old.layers[i], self.layers[i]
             if not attends:  # a layer of states alone: a copy of old's with its rows `index` (flags and sizes too)
@@ -189,40 +189,31 @@ class SlotCache(Cache):
                 setattr(mine, name, dict(getattr(theirs, name)))
             mine.device, mine.dtype = theirs.device, theirs.dtype
             LinearAttentionLayer.reorder_cache(mine, index)
-        for i in old.own:
-            mine, theirs = self.layers[i], old.layers[i]
-            if i not in self.own:
-                mine.own(theirs.keys[:1, :, :1], theirs.values[:1, :, :1])
-            n_i = n if mine.ring is None else mine.ring  # a ring: all of it
-            mine.keys[:, :, :n_i] = theirs.keys[index, :, :n_i]
-            mine.values[:, :, :n_i] = theirs.values[index, :, :n_i]
-        for i in old.indexed:
-            mine, theirs = self.layers[i], old.layers[i]
-            if mine.indexer_keys is None:
-                mine.indexer_keys = theirs.indexer_keys.new_zeros((mine.keys.shape[0], self.slots,
-                                                                   theirs.indexer_keys.shape[-1]))
-                self.indexed.add(i)
-            mine.indexer_keys[:, :n] = theirs.indexer_keys[index, :n]
 
     def put_row(self, src: "SlotCache", row: int, n: int) -> None:
         """Copy the first `n` slots of `src`'s row 0 (a batch of one, the same layers and rings) into row `row`:
         every layer's keys and values (a ring: all of it) and indexer keys (a request prefilled alone joins a
         served batch: `serve.batch.StaticServingLM`). Layers with recurrent states are not copied."""
-        self.kv[:, :, row, :, :n] = src.kv[:, :, 0, :, :n]
+        self._take(src, row, 0, n)
+
+    def _take(self, src: "SlotCache", rows, theirs_rows, n: int) -> None:
+        """This cache's `rows` (an index of its batch) get the first `n` slots of `src`'s `theirs_rows`: every layer's
+        keys and values (a ring: all of it) and indexer keys."""
+        self.kv[:, :, rows, :, :n] = src.kv[:, :, theirs_rows, :, :n]
         for i in src.own:
             mine, theirs = self.layers[i], src.layers[i]
             if i not in self.own:
                 mine.own(theirs.keys[:1, :, :1], theirs.values[:1, :, :1])
-            n_i = n if mine.ring is None else mine.ring
-            mine.keys[row, :, :n_i] = theirs.keys[0, :, :n_i]
-            mine.values[row, :, :n_i] = theirs.values[0, :, :n_i]
+            n_i = n if mine.ring is None else mine.ring  # a ring: all of it
+            mine.keys[rows, :, :n_i] = theirs.keys[theirs_rows, :, :n_i]
+            mine.values[rows, :, :n_i] = theirs.values[theirs_rows, :, :n_i]
         for i in src.indexed:
             mine, theirs = self.layers[i], src.layers[i]
             if mine.indexer_keys is None:
                 mine.indexer_keys = theirs.indexer_keys.new_zeros((mine.keys.shape[0], self.slots,
                                                                    theirs.indexer_keys.shape[-1]))
                 self.indexed.add(i)
-            mine.indexer_keys[row, :n] = theirs.indexer_keys[0, :n]
+            mine.indexer_keys[rows, :n] = theirs.indexer_keys[theirs_rows, :n]
 
 
 def _shared(text, name: str):

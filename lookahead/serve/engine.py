@@ -20,6 +20,7 @@ import logging
 import queue
 import threading
 import time
+import types
 
 import numpy as np
 import torch
@@ -33,11 +34,10 @@ from ..model.facts import ModelFacts
 from ..model.indexer import decoding_order
 from ..model.layers import CHUNKED, FULL, INDEXED, NONE, RECURRENT, SLIDING, LayerKinds
 from ..model.linear import packed_linears
-from ..model.recurrent import stepping, windowed_state_layers
+from ..model.recurrent import state_layers, stepping, windowed_state_layers
+from ..model.static import static_mode
 from ..verify.batch import DraftBatch, Verdict
 from ..verify.rules import argmax_rows, by_row
-from ..model.recurrent import state_layers
-from ..model.static import static_mode
 from .batch import ServingLM, StaticServingLM
 
 logger = logging.getLogger("lookahead.serve")
@@ -99,10 +99,10 @@ class Engine:
             self.limit = min(self.facts.positions or MAX_MODEL_LEN, MAX_MODEL_LEN) if max_model_len is None \
                 else min(max_model_len, self.facts.positions or max_model_len)
         self._prefill_state = None  # the static cache's one-row state requests are prefilled in, kept across batches
-        graphs = self.static is not None and self.static[0] and self.facts.device.type == "cuda"
-        self.cache_name = "dynamic cache" if self.static is None else \
-            f"static cache of {self.limit} tokens a row" + (", CUDA graphs" if graphs else "") + \
-            (", compiled" if self.static is not None and self.static[1] is not None else "")
+        graphs, compiled = self.static or (False, None)
+        self.cache_name = "dynamic cache" if self.static is None else f"static cache of {self.limit} tokens a row" \
+            + (", CUDA graphs" if graphs and self.facts.device.type == "cuda" else "") \
+            + (", compiled" if compiled is not None else "")
         self.chain_cost = _cost(model, self.facts, draft_cost, False)
         self.sampling_cost = _cost(model, self.facts, None, True)
         self.num_draft_tokens = max(DRAFT_TOKENS, budget(self.chain_cost, DRAFT_TOKENS))
@@ -341,8 +341,7 @@ def _static(model, facts: ModelFacts, cache_implementation) -> tuple | None:
             (served from the dynamic cache, each row its own state)."""
     if cache_implementation not in (None, "static", "dynamic"):
         raise ValueError(f"cache_implementation must be 'static', 'dynamic' or None, not {cache_implementation!r}")
-    config = type("Config", (), {"cache_implementation": cache_implementation})()
-    mode = static_mode(facts, config)
+    mode = static_mode(facts, types.SimpleNamespace(cache_implementation=cache_implementation))
     if mode is None:
         return None
     if facts.recurrent == "" and state_layers(model):

@@ -181,7 +181,7 @@ class StaticCausalLM:
         slots = p + max_new + self.widths[-1]
         check_static(facts, slots)
         check_windows_in_masks(model, LayerKinds.of(model.config))
-        self.model, self.facts, self.input_ids, self.mask, self.p = model, facts, input_ids, mask, p
+        self.model, self.facts, self.input_ids, self.mask = model, facts, input_ids, mask
         self.device = facts.device
         self.cuda = facts.device.type == "cuda"  # host buffers pinned: asynchronous copies to the device
         self.graphs = graphs and self.cuda

@@ -94,7 +94,6 @@ class StaticServingLM(StaticCausalLM):
         self.graphs = graphs and self.cuda
         self.slots, self.compile_config = slots, compile_config
         self.input_ids = self.mask = None
-        self.p = 0
         self.states = None  # recurrent layers are not served from the static cache (`Engine`)
         self.keep_logits = False  # the engine reads a step's logits before the next step
         self._ids = (None, None, None, 0)
@@ -104,7 +103,6 @@ class StaticServingLM(StaticCausalLM):
         self.active = np.zeros(0, dtype=np.int64)
         self._active = torch.from_numpy(self.active).to(self.device)
         self._joining = 0  # the prompt length of the request prefilled and not yet joined
-        self._order = np.arange(1)  # the batch rows in order
 
     @staticmethod
     def _empty(state):
@@ -145,9 +143,4 @@ class StaticServingLM(StaticCausalLM):
     def _every(self) -> bool:
         """Whether every batch row runs, in batch order: a request joins the batch row that was free, so the running
         rows' order may be any."""
-        return len(self.active) == len(self.write) and bool((self.active == self._order[: len(self.active)]).all())
-
-    def _compact(self, size: int) -> None:
-        super()._compact(size)
-        self._empty(self.state)
-        self._order = np.arange(size)
+        return np.array_equal(self.active, np.arange(len(self.write)))

@@ -51,7 +51,8 @@ OVERRIDES = {
     "bamba": {"attn_layer_indices": [1]},
     "gemma3n_text": {"num_kv_shared_layers": 0},
     "falcon_h1": {"mamba_d_ssm": 128, "mamba_n_heads": 8, "mamba_d_head": 16},
-    "zamba": {"attn_layer_period": 2, "attn_layer_offset": 1},
+    "zamba": {"layers_block_type": ["mamba", "hybrid", "hybrid"], "num_hidden_layers": 3, "attention_hidden_size": 2 * HIDDEN},  # a shared block tied
+    # between two hybrid layers
     "zamba2": {"layers_block_type": ["mamba", "hybrid"]},
     "recurrent_gemma": {"block_types": ["recurrent", "attention"]},
     "dbrx": {"attn_config": {"rope_theta": 10000.0, "kv_n_heads": KV_HEADS, "clip_qkv": 8.0},
@@ -61,6 +62,10 @@ OVERRIDES = {
     "granitemoehybrid": {"layer_types": ["mamba", "attention"]},
     "mamba2": {"num_heads": 8, "head_dim": 16},
     "zaya": {"num_experts_per_tok": 1},
+    "dory": {"num_hidden_layers": 3, "n_input_layers": 1, "n_output_layers": 1,  # one layer each: input, looped, output
+             "layer_types": ["sliding_attention", "full_attention", "sliding_attention"]},
+    "qwen4_exp_text": {"indexer_n_heads": 2, "indexer_kv_heads": 1, "indexer_head_dim": 16, "indexer_budget": 8,
+                       "indexer_compress_ratio": 2, "hc_lowrank": 16},
     "jamba": {"attn_layer_period": 2, "attn_layer_offset": 1, "expert_layer_period": 2, "expert_layer_offset": 1,
               "use_mamba_kernels": False},
 }
@@ -126,6 +131,7 @@ def tiny_config(model_type: str, extra: dict | None = None):
     kwargs.update(extra or {})
     config = CONFIG_MAPPING[model_type](**kwargs)
     _mix_layer_types(config, model_type)
+    _rope_per_kind(config, model_type)
     config.initializer_range = 0.3  # peaked logits: greedy choices are no near-ties
     return config
 
@@ -146,6 +152,24 @@ def _mix_layer_types(config, model_type: str) -> None:
     if len(set(kinds)) < len(everything):
         config.layer_types = everything
         config.num_hidden_layers = len(everything)
+
+
+def _rope_per_kind(config, model_type: str) -> None:
+    """Where rotary parameters are kept per layer kind (Gemma 3 style) but a kind the tiny model has got none (a kind
+    `_mix_layer_types` added, or a text config whose defaults leave them to its composite parent), give it the full
+    config's parameters for that kind, or the default rotary embedding."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    rope, kinds = getattr(config, "rope_parameters", None), getattr(config, "layer_types", None)
+    if not isinstance(rope, dict) or not isinstance(kinds, list) or "rope_type" in rope:
+        return
+    try:
+        full = getattr(CONFIG_MAPPING[model_type](), "rope_parameters", None) or {}
+    except Exception:  # noqa: BLE001 (a config that needs arguments)
+        full = {}
+    for kind in dict.fromkeys(kinds):
+        if kind not in rope:
+            rope[kind] = dict(full.get(kind) or {"rope_type": "default", "rope_theta": 10000.0})
 
 
 def build(model_type: str, extra: dict | None = None):

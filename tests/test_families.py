@@ -144,3 +144,29 @@ def test_recurrent_models_run_through_custom_generate_too(name):
     out = model.generate(ids, custom_generate=lookahead.custom_generate, max_new_tokens=F.NEW, min_new_tokens=F.NEW,
                          do_sample=False)
     assert out[0, ids.shape[1]:].tolist() == F.reference(model, ids).tolist()
+
+
+def test_a_looped_model_keeps_each_loops_keys_in_the_static_cache():
+    """Dory runs its middle layers several times, each later loop writing its own copies of their cache layers: the
+    static cache holds a layer of slots for each copy (a copy the model made of a slot layer kept the slots of its
+    first forward: "shape mismatch" on the next step), so chains and trees over three loops, drafts rejected at every
+    fifth token, give model.generate's tokens; the mode whose earlier loops read the last loop's keys is refused by
+    name."""
+    import lookahead
+    from test_recurrent import corrupted
+
+    if "dory" not in F.causal_types():
+        pytest.skip("transformers has no dory")
+    model = F.build("dory", {"n_recurrent_loops": 3})
+    model.generation_config.eos_token_id, model.generation_config.pad_token_id = None, 0
+    ids = F.prompt()
+    want = F.reference(model, ids)
+    for kwargs in ({}, {"lookup": "suffix", "draft": "tree"}):
+        out, stats = lookahead.generate(model, ids, documents=[corrupted(want)], draft_cost=0, max_new_tokens=F.NEW,
+                                        min_new_tokens=F.NEW, cache_implementation="static", return_stats=True,
+                                        **kwargs)
+        assert out[0, ids.shape[1]:].tolist() == want.tolist(), kwargs
+        assert stats.draft_tokens - stats.accepted_tokens >= 4, kwargs  # rejections: slots overwritten
+    model.config.recurrent_kv_cache_mode = "last_loop"
+    with pytest.raises(ValueError, match="recurrent_kv_cache_mode='last_loop'.*leave cache_implementation unset"):
+        lookahead.generate(model, ids, cache_implementation="static", max_new_tokens=F.NEW)

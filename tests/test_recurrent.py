@@ -18,9 +18,10 @@ from lookahead.model.cache import new_cache
 # one family per kind of recurrent module: gated delta net, Mamba2 stepped and continued, Mamba, short convolutions,
 # a parallel hybrid (attention and Mamba in one layer), lightning attention in a cache of its own (MiniMax),
 # RecurrentGemma's Griffin blocks (states on the modules), Zaya's convolved attention projections (a conv_mask),
-# Inkling's short convolutions in sliding-window layers
+# Inkling's short convolutions in sliding-window layers, Qwen4-Exp's gated delta nets beside an indexer that reads its
+# keys' positions from the cache
 KINDS = ["qwen3_5_text", "nemotron_h", "granitemoehybrid", "mamba", "lfm2", "falcon_h1", "kimi_linear", "minimax",
-         "recurrent_gemma", "zaya", "inkling_text"]
+         "recurrent_gemma", "zaya", "inkling_text", "qwen4_exp_text"]
 
 
 def _model(name):
@@ -38,7 +39,7 @@ def corrupted(tokens: torch.Tensor, every: int = 5) -> list:
 
 
 @pytest.mark.parametrize("name", [k for k in KINDS if k != "recurrent_gemma"]  # its states live on its modules,
-                         + ["bamba", "zamba2", "jamba", "qwen3_next", "lfm3", "mamba2"])  # not in two caches
+                         + ["bamba", "zamba", "zamba2", "jamba", "qwen3_next", "lfm3", "mamba2"])  # not in two caches
 def test_several_tokens_continue_a_cached_state(name):
     """Inside `recurrent.stepping`, a forward over several tokens from a cached state, then a one-token forward, give
     the logits that one-token forwards give (model.generate's decoding, which for some families differs from one
@@ -58,7 +59,8 @@ def test_several_tokens_continue_a_cached_state(name):
                 forward(cache, 0, 40)
             many, one = forward(caches[0], 40, 40 + width), forward(caches[0], 40 + width, 41 + width)
             decoded = [forward(caches[1], t, t + 1) for t in range(40, 41 + width)]
-            torch.testing.assert_close(torch.cat([many, one]), torch.cat(decoded), atol=1e-4, rtol=1e-4)
+            torch.testing.assert_close(torch.cat([many, one]), torch.cat(decoded), atol=5e-4, rtol=1e-4)  # logits
+            # of 8-10: float32 rounding through a few layers (a wrong state differs by 1 to 10)
 
 
 @pytest.mark.parametrize("name", KINDS)
@@ -75,7 +77,7 @@ def test_partly_accepted_drafts_give_generate_tokens(name):
     assert stats.accepted_tokens >= F.NEW // 3 and stats.draft_tokens - stats.accepted_tokens >= 4
 
 
-@pytest.mark.parametrize("name", ["qwen3_5_text", "nemotron_h", "lfm2", "recurrent_gemma", "zaya"])
+@pytest.mark.parametrize("name", ["qwen3_5_text", "nemotron_h", "lfm2", "recurrent_gemma", "zaya", "qwen4_exp_text"])
 def test_a_padded_batch_settles_each_row_on_its_own_path(name):
     """Two left-padded rows of different lengths, each drafting from its own corrupted document, accept different
     numbers of drafts per step: each row equals model.generate on its own prompt."""
@@ -241,7 +243,7 @@ def test_the_static_cache_settles_states_on_the_accepted_path(name):
 
 
 @pytest.mark.parametrize("name", ["qwen3_5_text", "nemotron_h", "lfm2", "mamba", "falcon_h1", "zaya", "lfm3",
-                                  "lara_mini"])
+                                  "lara_mini", "qwen4_exp_text"])
 def test_a_static_padded_batch_keeps_each_row_on_its_own_path(name):
     """A left-padded batch in the static cache: the padding is kept out of the recurrent states (as model.generate
     keeps it), each row settles on its own accepted tokens, and when the short row ends (its eos) the other moves

@@ -420,11 +420,13 @@ def served_family(name: str, least: int | None = None, cache_implementation: str
     return model
 
 
-@pytest.mark.parametrize("name", ["qwen3_5_text", "lfm2", "mamba2", "minimax", "recurrent_gemma", "zaya"])
+@pytest.mark.parametrize("name", ["qwen3_5_text", "lfm2", "mamba2", "minimax", "recurrent_gemma", "zaya",
+                                  "qwen4_exp_text"])
 def test_recurrent_models_serve_each_joined_row_on_its_own_state(name):
     """A hybrid (gated delta net beside attention, short convolutions beside attention; RecurrentGemma, whose blocks
     hold their states on the modules: each batch keeps its own between forwards, a joining row's prefill leaves them
-    alone; Zaya's convolved attention projections) and a state-space model are
+    alone; Zaya's convolved attention projections; Qwen4-Exp, whose indexer reads its keys' positions from the cache:
+    joined rows keep them, padded like their keys) and a state-space model are
     served: three requests that join one batch a step apart, each drafting from a prediction that is greedy's answer
     with every fifth token changed (accepted up to the change, then rejected), decode to `model.generate`'s tokens,
     each row's recurrent states following its own accepted path."""

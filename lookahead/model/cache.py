@@ -176,11 +176,21 @@ def _packed(keys: torch.Tensor, start: int, slots: torch.Tensor) -> torch.Tensor
     return keys[:, :start + slots.shape[1]]
 
 
-def _each_indexer(layer, change) -> None:
+def _each_indexer(layer, change, other=None) -> None:
     """Apply `change` to a sparse-attention layer's indexer keys [b, S, d] (transformers' `DynamicIndexedLayer`),
-    which follow its slots: the keys its indexer scores (`model.indexer`)."""
+    which follow its slots: the keys its indexer scores (`model.indexer`); and to the positions of those keys where
+    the layer keeps them (`indexer_position_ids` [dims, b, S], Qwen4-Exp's; given to `change` as [b, S, dims]).
+    With `other` (a layer of another cache): `change(mine, theirs)`."""
+    def changed(mine, theirs):
+        return change(mine) if other is None else change(mine, theirs)
+
     if getattr(layer, "indexer_keys", None) is not None and layer.indexer_keys.numel():
-        layer.indexer_keys = change(layer.indexer_keys)
+        layer.indexer_keys = changed(layer.indexer_keys, getattr(other, "indexer_keys", None))
+    positions = vars(layer).get("indexer_position_ids")  # (a static cache's slot layers read theirs from the step)
+    if isinstance(positions, torch.Tensor):
+        theirs = getattr(other, "indexer_position_ids", None)
+        layer.indexer_position_ids = changed(positions.permute(1, 2, 0),
+                                             None if theirs is None else theirs.permute(1, 2, 0)).permute(2, 0, 1)
 
 
 def select_rows(cache, rows: torch.Tensor) -> None:
@@ -216,9 +226,9 @@ def join_rows(cache, other, pad: int, other_pad: int) -> None:
         for name in ("keys", "values"):
             setattr(layer, name, torch.cat([_left_padded(getattr(layer, name), pad),
                                             _left_padded(getattr(extra, name), other_pad)], dim=0))
-        _each_indexer(layer, lambda keys: torch.cat([_left_padded(keys.unsqueeze(1), pad).squeeze(1),
-                                                     _left_padded(extra.indexer_keys.unsqueeze(1), other_pad)
-                                                     .squeeze(1)], dim=0))
+        _each_indexer(layer, lambda keys, theirs: torch.cat([_left_padded(keys.unsqueeze(1), pad).squeeze(1),
+                                                             _left_padded(theirs.unsqueeze(1), other_pad).squeeze(1)],
+                                                            dim=0), extra)
         _unbacked(layer)
 
 

@@ -17,6 +17,8 @@ Reference: DeepSeek-V3.2-Exp, "DeepSeek Sparse Attention" (the lightning indexer
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -25,6 +27,20 @@ from torch.overrides import TorchFunctionMode
 def indexers(model) -> list:
     """The model's indexer modules: those that keep the `index_topk` best keys per query."""
     return [m for m in model.modules() if hasattr(m, "index_topk") and type(m).__name__.endswith("Indexer")]
+
+
+def reads_key_positions(model) -> bool:
+    """Whether `model` keeps its indexers' key positions in its cache (`indexer_position_ids`: Qwen4-Exp's QSA
+    indexer pools blocks of keys and rotates each by its first key's position)."""
+    return any(_reads_key_positions(type(m)) for m in model.modules())
+
+
+@functools.lru_cache(maxsize=None)
+def _reads_key_positions(cls) -> bool:
+    try:
+        return "indexer_position_ids" in inspect.getsource(cls.forward)
+    except (TypeError, OSError):
+        return False
 
 
 @contextlib.contextmanager

@@ -44,7 +44,7 @@ except ImportError:  # older transformers: no recurrent cache layers
 # 5.24: their logits, or the next token's after them, differ from a forward over the whole text by 1e-3 to 7;
 # tests/test_recurrent.py::test_several_tokens_continue_a_cached_state); they step one token at a time.
 STEPPED = frozenset({"MambaMixer", "FalconMambaMixer", "Mamba2Mixer", "BambaMixer", "JambaMambaMixer",
-                     "NemotronHMamba2Mixer", "Zamba2MambaMixer"})
+                     "NemotronHMamba2Mixer", "ZambaMambaMixer", "Zamba2MambaMixer"})
 
 
 _MODULES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> its recurrent modules

@@ -68,6 +68,20 @@ class SlotLayer(CacheLayerMixin):
         self.indexer_keys[self.cache.rows, self.cache.writes] = key_states
         return self.indexer_keys
 
+    @property
+    def indexer_position_ids(self):
+        """The position of each slot's token [dims, b, slots] (Qwen4-Exp's indexer rotates the keys of the blocks
+        it pools by where they start, from a history transformers' caches grow by concatenation; here: the step's
+        `SlotCache.key_positions`, the step's own tokens included), or None before the dims are known (a prefill
+        reads none: its keys are its own queries')."""
+        positions, dims = self.cache.key_positions, self.cache.position_dims
+        return None if positions is None or dims is None else positions[None].expand(dims, -1, -1)
+
+    @indexer_position_ids.setter
+    def indexer_position_ids(self, value) -> None:  # the model's concatenation: only its number of dims is kept
+        if value is not None:
+            self.cache.position_dims = value.shape[0]
+
     def _fits(self, key_states: torch.Tensor, value_states: torch.Tensor) -> bool:
         """Whether the layer's buffers hold keys and values of these heads and sizes."""
         return (self.keys.shape[1::2] == key_states.shape[1::2]
@@ -120,11 +134,15 @@ class SlotCache(Cache):
     def __init__(self, config, batch: int, slots: int, dtype: torch.dtype, device, rings: dict | None = None,
                  states: dict | None = None):
         text = config.get_text_config(decoder=True)
-        rings, layers = rings or {}, text.num_hidden_layers
+        rings, states, layers = dict(rings or {}), dict(states or {}), text.num_hidden_layers
+        for i, of in enumerate(loop_layers(text), start=layers):  # a looped model's later loops: layers of their own
+            rings.update({i: rings[of]} if of in rings else {})
+            states.update({i: states[of]} if of in states else {})
+        layers += len(loop_layers(text))
         self.slots, self.prefilling = slots, False
         # layer -> (its number of states, whether it keeps keys and values beside them) of the layers that keep
         # recurrent states: transformers' `LinearAttentionLayer` alone (no slots), or a `SlotStateLayer`
-        self.states = states = states or {}
+        self.states = states
         self.plain = {i: k for k, i in enumerate(i for i in range(layers) if i not in rings
                                                  and not (i in states and not states[i][1]))}
         heads = head_dim = 1  # a state-space model: no keys or values at all
@@ -135,6 +153,8 @@ class SlotCache(Cache):
         self.rows = torch.arange(batch, device=device)[:, None]
         self.writes = torch.zeros((batch, 1), dtype=torch.long, device=device)
         self.origin = torch.arange(batch, device=device)  # the call's row that each batch row holds (compaction)
+        self.key_positions = None  # [b, slots]: each slot's position, set before a forward where the model reads it
+        self.position_dims = None  # (`SlotLayer.indexer_position_ids`)
         self.own = set()  # layers whose keys and values are buffers of their own (`SlotLayer.own`), not views of kv
         self.indexed = set()  # layers with indexer keys (`SlotLayer.update_indexer`)
         super().__init__(layers=[self._layer(i, rings.get(i)) for i in range(layers)])
@@ -200,6 +220,7 @@ class SlotCache(Cache):
         """This cache's `rows` (an index of its batch) get the first `n` slots of `src`'s `theirs_rows`: every layer's
         keys and values (a ring: all of it) and indexer keys."""
         self.kv[:, :, rows, :, :n] = src.kv[:, :, theirs_rows, :, :n]
+        self.position_dims = self.position_dims or src.position_dims  # (positions are the step's, not copied)
         for i in src.own:
             mine, theirs = self.layers[i], src.layers[i]
             if i not in self.own:
@@ -216,6 +237,20 @@ class SlotCache(Cache):
             mine.indexer_keys[rows, :n] = theirs.indexer_keys[theirs_rows, :n]
 
 
+def loop_layers(text) -> list:
+    """The cache layers a looped model (Dory: its middle layers run `n_recurrent_loops` times, each later loop
+    writing its own copies of their cache layers, appended after the model's own) adds, as the index of the layer
+    each copies; none for other models. The static cache makes them up front: the model copies the layers it finds
+    on its first forward only where the cache has none (a deep copy of a slot layer would keep the slots of that
+    forward)."""
+    loops, start = getattr(text, "n_recurrent_loops", None), getattr(text, "n_input_layers", None)
+    count = getattr(text, "n_recurrent_layers", None)
+    if not isinstance(loops, int) or loops < 2 or not isinstance(start, int) or not isinstance(count, int) \
+            or getattr(text, "recurrent_kv_cache_mode", "per_loop") != "per_loop":
+        return []
+    return [start + k for _ in range(loops - 1) for k in range(count)]
+
+
 def _shared(text, name: str):
     """A config value every layer shares, or None: where layers differ (Gemma 4's per-layer head sizes: transformers
     refuses the global read) the layers that differ size their buffers from their first keys (`SlotLayer.own`)."""
@@ -225,8 +260,15 @@ def _shared(text, name: str):
         return None
 
 
-def check_static(facts, slots: int) -> None:
-    """Raise ValueError where the static cache cannot hold the attention of the model (its `ModelFacts`) exactly."""
+def check_static(facts, slots: int, config=None) -> None:
+    """Raise ValueError where the static cache cannot hold the attention of the model (its `ModelFacts` and
+    `config`) exactly."""
     if facts.encoder_decoder:
         raise ValueError("cache_implementation='static' needs a decoder-only model; leave cache_implementation unset "
                          f"for {facts.name}")
+    text = config.get_text_config(decoder=True) if config is not None else None
+    if getattr(text, "recurrent_kv_cache_mode", None) == "last_loop" and getattr(text, "n_recurrent_loops", 1) > 1:
+        raise ValueError(f"cache_implementation='static' is not supported for {facts.name} with "
+                         f"recurrent_kv_cache_mode='last_loop': its earlier loops read the last loop's keys and add "
+                         f"their own beside them, past what the static cache's slots and masks hold; leave "
+                         f"cache_implementation unset, or use recurrent_kv_cache_mode='per_loop' (the default)")

@@ -33,6 +33,7 @@ from ..verify.rules import argmax, argmax_rows
 from ..runtime.jit import kernels
 from . import _kernels, alibi
 from .facts import ModelFacts
+from .indexer import reads_key_positions
 from .layers import FULL, SLIDING, WINDOWED, LayerKinds, additive, check_windows_in_masks, state_space
 from .recurrent import Checkpoints, close_states, state_layers
 from .slot_cache import SlotCache, check_static
@@ -67,6 +68,7 @@ class _State:
         self.attends = not state_space(facts.layers)  # a state-space model takes no attention mask in its steps
         self.kv, self.dtype = facts.kv, facts.dtype  # the keyword the model's forward takes the cache by
         self.kinds = kinds  # windowed layers get masks of their own, by position
+        self.key_positions = reads_key_positions(model)  # the model reads each slot's position from the cache
         self.alibi = facts.alibi  # ALiBi biases from each key's position (`model.alibi`): how the model builds them
         self.prompt_valid = torch.zeros((batch, slots), dtype=torch.bool, device=device)
         self.start = torch.zeros((), dtype=torch.long, device=device)  # first slot after the prompts
@@ -136,10 +138,11 @@ def _step(model, state: _State, inputs: torch.Tensor) -> tuple:
     allowed = committed[:, None, :] & ~in_step | in_step & sees
     state.cache.writes = write[:, None] + torch.arange(width, device=inputs.device)[None, :]
     key_pos = None
-    if state.kinds.windowed or state.alibi:  # a row's slots hold consecutive positions (its prompt left-padded,
-        # then what it committed), the step's columns their nodes' own
+    if state.kinds.windowed or state.alibi or state.key_positions:  # a row's slots hold consecutive positions (its
+        # prompt left-padded, then what it committed), the step's columns their nodes' own
         key_pos = torch.where(in_step[:, 0], positions.gather(1, offset[:, 0].clamp(0, width - 1)),
                               s[None, :] - (write - positions[:, 0])[:, None])
+        state.cache.key_positions = key_pos if state.key_positions else None
     if state.kinds.windowed:
         views = {SLIDING: _ring_view(allowed, key_pos, write + width, state.ring)} if state.ring else None
         mask = state.kinds.masks(allowed, key_pos, positions, state.dtype, views)
@@ -179,7 +182,7 @@ class StaticCausalLM:
         self.widths = [w for w in sizes if w < max_width + 1] + [_bucket(max_width + 1, sizes)]
         self._fits = _fits(tuple(self.widths))  # the width n query tokens pad to, by n
         slots = p + max_new + self.widths[-1]
-        check_static(facts, slots)
+        check_static(facts, slots, model.config)
         check_windows_in_masks(model, LayerKinds.of(model.config))
         self.model, self.facts, self.input_ids, self.mask = model, facts, input_ids, mask
         self.device = facts.device
@@ -396,6 +399,7 @@ def prefill_state(model, facts: ModelFacts, state: _State, input_ids: torch.Tens
     # itself through any window
     pad = p - mask.sum(-1, keepdim=True)
     key_pos = torch.where(s[None, :] >= pad, s[None, :] - pad, 1)
+    state.cache.key_positions = key_pos if state.key_positions else None
     if state.kinds.windowed:
         views = {SLIDING: (allowed[:, :, :p], key_pos[:, :p])} if state.ring else None  # the prompt's own keys
         attention = state.kinds.masks(allowed, key_pos, positions, facts.dtype, views)

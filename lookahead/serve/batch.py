@@ -87,7 +87,7 @@ class StaticServingLM(StaticCausalLM):
         sizes = WIDTHS if compile_config is None else COMPILED_WIDTHS
         self.widths, self._fits = list(sizes), _fits(tuple(sizes))
         slots = length + self.widths[-1]  # the idle rows of a step write past their last token too
-        check_static(facts, slots)
+        check_static(facts, slots, model.config)
         check_windows_in_masks(model, LayerKinds.of(model.config))
         self.model, self.facts, self.device, self.length = model, facts, facts.device, length
         self.cuda = facts.device.type == "cuda"

@@ -62,6 +62,8 @@ OVERRIDES = {
     "granitemoehybrid": {"layer_types": ["mamba", "attention"]},
     "mamba2": {"num_heads": 8, "head_dim": 16},
     "zaya": {"num_experts_per_tok": 1},
+    "xlstm": {"qk_dim_factor": 1.0},  # transformers 5.24 sizes its cached states by the value head size: a smaller
+    # query-key head fails its own generate ("matC_old has wrong shape")
     "dory": {"num_hidden_layers": 3, "n_input_layers": 1, "n_output_layers": 1,  # one layer each: input, looped, output
              "layer_types": ["sliding_attention", "full_attention", "sliding_attention"]},
     "qwen4_exp_text": {"indexer_n_heads": 2, "indexer_kv_heads": 1, "indexer_head_dim": 16, "indexer_budget": 8,

@@ -19,9 +19,9 @@ from lookahead.model.cache import new_cache
 # a parallel hybrid (attention and Mamba in one layer), lightning attention in a cache of its own (MiniMax),
 # RecurrentGemma's Griffin blocks (states on the modules), Zaya's convolved attention projections (a conv_mask),
 # Inkling's short convolutions in sliding-window layers, Qwen4-Exp's gated delta nets beside an indexer that reads its
-# keys' positions from the cache
+# keys' positions from the cache, xLSTM's mLSTM states in a cache of its own
 KINDS = ["qwen3_5_text", "nemotron_h", "granitemoehybrid", "mamba", "lfm2", "falcon_h1", "kimi_linear", "minimax",
-         "recurrent_gemma", "zaya", "inkling_text", "qwen4_exp_text"]
+         "recurrent_gemma", "zaya", "inkling_text", "qwen4_exp_text", "xlstm"]
 
 
 def _model(name):
@@ -77,7 +77,8 @@ def test_partly_accepted_drafts_give_generate_tokens(name):
     assert stats.accepted_tokens >= F.NEW // 3 and stats.draft_tokens - stats.accepted_tokens >= 4
 
 
-@pytest.mark.parametrize("name", ["qwen3_5_text", "nemotron_h", "lfm2", "recurrent_gemma", "zaya", "qwen4_exp_text"])
+@pytest.mark.parametrize("name", ["qwen3_5_text", "nemotron_h", "lfm2", "recurrent_gemma", "zaya", "qwen4_exp_text",
+                                  "xlstm"])
 def test_a_padded_batch_settles_each_row_on_its_own_path(name):
     """Two left-padded rows of different lengths, each drafting from its own corrupted document, accept different
     numbers of drafts per step: each row equals model.generate on its own prompt."""
@@ -194,6 +195,9 @@ def test_sampling_from_a_hybrid_keeps_the_target_law():
     ("minimax", {"cache_implementation": "static"},
      r"cache_implementation='static' is not supported for MiniMaxForCausalLM: its recurrent states live in a cache of "
      r"its own \(MiniMaxCache\)"),
+    ("xlstm", {"cache_implementation": "static"},
+     r"cache_implementation='static' is not supported for xLSTMForCausalLM: its recurrent states live in a cache of "
+     r"its own \(xLSTMCache\)"),
 ])
 def test_what_a_state_cannot_follow_is_refused_by_name(name, kwargs, message):
     """A tree asked of a hybrid, a compiled static step, and the static cache where the states are not transformers'
@@ -225,7 +229,7 @@ def test_a_window_cut_by_slot_beside_recurrent_states_refuses_batches_by_name():
         Engine(model, draft_cost=0)
 
 
-STATIC = [k for k in KINDS if k not in ("minimax", "recurrent_gemma", "inkling_text")] + ["mamba2", "qwen3_next",
+STATIC = [k for k in KINDS if k not in ("minimax", "recurrent_gemma", "inkling_text", "xlstm")] + ["mamba2", "qwen3_next",
                                                                                          "zamba2"]
 
 

@@ -12,9 +12,11 @@ import torch
 from transformers import DynamicCache, EncoderDecoderCache
 
 from .compressed import compressed_layers, is_compressed
+from . import xlstm
 from .recurrent import LinearAttentionCacheLayerMixin, recurrent_layers, select_state_rows
 
-FOLLOWED_CACHES = ("MiniMaxCache",)  # caches of a model's own whose states lookahead follows (`linear_cache`)
+FOLLOWED_CACHES = ("MiniMaxCache", "xLSTMCache")  # caches of a model's own whose states lookahead follows
+# (MiniMax's `linear_cache`, xLSTM's `rnn_state`: `xlstm.py`)
 
 try:
     from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
@@ -71,8 +73,8 @@ class GrowingLayer(DynamicLayer or object):
             super().batch_select_indices(indices)
 
 
-def new_cache(model) -> DynamicCache:
-    """A dynamic cache for `model` whose every layer can be rolled back after a verification step.
+def new_cache(model, rows: int = 1) -> DynamicCache:
+    """A dynamic cache for `model` (a batch of `rows`) whose every layer can be rolled back after a verification step.
 
     Encoder-decoder models get an `EncoderDecoderCache`; rollback then cuts only its decoder self-attention part.
     """
@@ -80,6 +82,9 @@ def new_cache(model) -> DynamicCache:
         config = model.config.get_text_config(decoder=True)
         return EncoderDecoderCache(DynamicCache(config=config), DynamicCache(config=config))
     own = own_cache_class(model)
+    if own is not None and own.__name__ == "xLSTMCache":  # states sized by the batch (`xlstm.py`)
+        weight = next(model.parameters())
+        return own(model.config, rows, dtype=weight.dtype, device=weight.device)
     if own is not None:  # MiniMax's: its linear attention states beside the KV layers
         cache = own()
         _grow_in_place(cache)
@@ -124,6 +129,9 @@ def _grow_in_place(cache) -> None:
 def rollback(cache, keep: int, length: int | None = None) -> None:
     """Cut the cache back to its first `keep` slots (drops the keys/values of rejected drafts); `length`: the slots
     it holds, when the caller knows them."""
+    if xlstm.keeps_rnn_state(cache):  # no slots: its states are settled (`xlstm.LayerStates`), its count cut
+        cache.seqlen_offset -= (int(cache.seqlen_offset) if length is None else length) - keep
+        return
     extra = (cache.get_seq_length() if length is None else length) - keep
     assert extra >= 0, f"cannot roll a cache of {cache.get_seq_length()} slots forward to {keep}"
     if hasattr(cache, "linear_cache"):  # MiniMax's cache refuses `crop`: its KV layers are cut, its states restored
@@ -195,6 +203,9 @@ def _each_indexer(layer, change, other=None) -> None:
 
 def select_rows(cache, rows: torch.Tensor) -> None:
     """Keep only the batch rows `rows` (a 1-D LongTensor of row indices) in the cache."""
+    if xlstm.keeps_rnn_state(cache):
+        xlstm.select_rows(cache, rows)
+        return
     if not recurrent_layers(cache):
         cache.batch_select_indices(rows)
         return
@@ -212,7 +223,10 @@ def join_rows(cache, other, pad: int, other_pad: int) -> None:
     Recurrent states are stacked as they are (they hold no slots).
 
     Both caches hold the layers of one model: full-attention or windowed (`GrowingLayer` or transformers'
-    `DynamicLayer`), recurrent, or both in one layer."""
+    `DynamicLayer`), recurrent, or both in one layer; or xLSTM's states."""
+    if xlstm.keeps_rnn_state(cache):
+        xlstm.join_rows(cache, other)
+        return
     for j, state in enumerate(getattr(cache, "linear_cache", ())):  # MiniMax's linear attention states
         if isinstance(state, torch.Tensor):
             cache.linear_cache[j] = torch.cat([state, other.linear_cache[j]], dim=0)
@@ -246,6 +260,8 @@ def _join_states(layer, extra) -> None:
 
 def drop_leading(cache, n: int) -> None:
     """Drop the first `n` slots of every layer (slots that no row sees any more, after rows left the batch)."""
+    if xlstm.keeps_rnn_state(cache):  # no slots
+        return
     for layer in cache.layers:
         if getattr(layer, "keys", None) is None or (isinstance(layer, LinearAttentionCacheLayerMixin)
                                                     and not isinstance(layer, DynamicLayer)):

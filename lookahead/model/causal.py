@@ -18,13 +18,14 @@ from ..verify.batch import to_device
 from ..verify.rules import argmax
 from ..runtime.jit import kernels
 from . import _kernels, alibi
-from .cache import keep_slots, new_cache, rollback, select_rows
+from .cache import join_rows, keep_slots, new_cache, rollback, select_rows
 from .facts import ModelFacts
 from .layers import LayerKinds, state_space
 from .compressed import CompressedStates, compressed_layers
 from .griffin import BlockStates, griffin_blocks
 from .recurrent import Checkpoints, close_states, keeps_states
 from .static import prompt_positions, prompt_sources
+from .xlstm import LayerStates, keeps_rnn_state
 
 
 # No warm-up at import: each kernel compiles (or loads from numba's cache) on first use, with the types it gets.
@@ -49,7 +50,7 @@ class CausalLM:
         self._slots = torch.zeros((len(mask), 2 * mask.shape[1] + 64), dtype=mask.dtype, device=mask.device)
         self._slots[:, : mask.shape[1]] = mask  # [b, capacity]: the cache slots each row sees, the first `width`
         self.width = mask.shape[1]
-        self.cache = new_cache(model)
+        self.cache = new_cache(model, len(mask))
         self.pos = mask.sum(-1).cpu().numpy()  # [b] position id of each row's next token
         self.on_host = mask.device.type == "cpu"  # kernels write the step's inputs and the mask in place; else the
         # mask is written on its device
@@ -60,6 +61,7 @@ class CausalLM:
         # (DeepSeek-V4's compressed layers: their windows and entries set back and refolded, `compressed.py`)
         self.states = BlockStates(model) if griffin_blocks(model) else \
             Checkpoints(model, self.cache) if keeps_states(self.cache) else \
+            LayerStates(model, self.cache) if keeps_rnn_state(self.cache) else \
             CompressedStates(model, self.cache) if compressed_layers(self.cache) else None
         self.attends = not state_space(facts.layers)  # a state-space model takes no mask after its prefill (some
         # pass it to their mixers as padding of the step, as model.generate never does)
@@ -139,9 +141,28 @@ class CausalLM:
 
     def _prefill(self) -> torch.Tensor:
         """The prompts' forward: logits [b, P or 1, V]."""
+        if keeps_rnn_state(self.cache) and len(self.pos) > 1 and not bool(self.mask.bool().all()):
+            return self._prefill_alone()
         return self.model(input_ids=self.input_ids, attention_mask=self.mask,
                             position_ids=prompt_positions(self.mask), **{self.facts.kv: self.cache}, use_cache=True,
                             **self.facts.last_logits_only()).logits
+
+    def _prefill_alone(self) -> torch.Tensor:
+        """A left-padded batch of a model whose states read every token (xLSTM's take no mask: transformers' own
+        padded batch runs its padding into them): each row's prompt alone, without its padding, their states
+        stacked; the logits [b, 1, V] after each."""
+        logits, caches = [], []
+        for ids, mask in zip(self.input_ids, self.mask):
+            cache = new_cache(self.model, 1)
+            logits.append(self.model(input_ids=ids[mask.bool()][None], **{self.facts.kv: cache}, use_cache=True,
+                                     **self.facts.last_logits_only()).logits[:, -1:])
+            caches.append(cache)
+        for cache in caches[1:]:
+            join_rows(caches[0], cache, 0, 0)
+        self.cache = caches[0]
+        if self.states is not None:
+            self.states.cache = self.cache
+        return torch.cat(logits)
 
     def verify(self, last: np.ndarray, batch, stats) -> torch.Tensor:
         """One forward over [last token, draft nodes] of every row; the logits after each of them [b, N+1, V]."""

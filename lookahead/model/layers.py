@@ -190,6 +190,11 @@ def layer_kinds(model) -> tuple:
         >>> [(layer.kind, layer.window) for layer in layer_kinds(gemma3)][:2]
         [('sliding_attention', 512), ('sliding_attention', 512)]
     """
+    from .xlstm import mlstm_layers
+
+    if own_cache(model) == "xLSTMCache":  # its layers keep states in its own cache, which transformers' layer types
+        # do not show (its config names none: they read as full attention)
+        return tuple(Layer(RECURRENT, "mlstm") for _ in mlstm_layers(model))
     layers = list(config_layer_kinds(model.config))
     for i, window in _local_modules(model):  # the layers' own local window over what transformers' types say
         if i < len(layers):

@@ -34,6 +34,7 @@ from transformers.cache_utils import CacheLayerMixin
 
 from . import delta
 from .griffin import griffin_blocks
+from .xlstm import mlstm_layers
 
 try:
     from transformers.cache_utils import LinearAttentionCacheLayerMixin
@@ -118,6 +119,8 @@ def unsupported(model) -> str | None:
     modules = recurrent_modules(model)
     if not modules:
         if griffin_blocks(model):  # RecurrentGemma: states on its blocks (`griffin.BlockStates`)
+            return None
+        if mlstm_layers(model):  # xLSTM: states in its own cache (`xlstm.LayerStates`)
             return None
         return "no module of its own reads the recurrent states from transformers' cache"
     for module in modules:

@@ -124,6 +124,27 @@ def check_compressed(facts: ModelFacts, draft: str, static: bool, rows: int) -> 
                          f"does not hold; leave cache_implementation unset")
 
 
+def rows_apart(facts: ModelFacts, model) -> str | None:
+    """Why the rows of a batch cannot share one cache on `model` (each row runs alone instead:
+    `decode.fallback.one_row_at_a_time`), or None."""
+    from .model.layers import LayerKinds
+    from .model.recurrent import windowed_state_layers
+
+    if any(layer.kind == COMPRESSED for layer in facts.layers):
+        return f"{facts.name}'s compressed attention layers count their entries once for every row"
+    if facts.alibi == "slots":
+        return (f"{facts.name} builds its ALiBi biases from cache slots, one line for every row (a row's padding and "
+                f"rejected slots would count as distance)")
+    by_slot = LayerKinds.of(model.config).by_slot
+    if by_slot is not None:
+        return (f"{facts.name}'s local attention layers cut their window of {by_slot} tokens by cache slot (a row's "
+                f"padding and rejected slots would count as distance)")
+    if facts.recurrent == "" and windowed_state_layers(model):
+        return (f"{facts.name}'s layers that keep recurrent states cut their sliding window by cache slot (a row's "
+                f"padding and rejected slots would count as distance)")
+    return None
+
+
 def check_alibi(facts: ModelFacts, config, rows: int) -> None:
     """Raise ValueError, before any forward, for what ALiBi biases (`facts.alibi`) cannot take: a compiled static
     step (the biases are set around an eager one); where the biases are one line for every row (MPT: "slots"), a

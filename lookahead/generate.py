@@ -21,7 +21,7 @@ import torch
 from . import _validate as V
 from .runtime.jit import kind_of, tier
 from .decode.calibrate import budget, draft_cost
-from .decode.fallback import plain_generate
+from .decode.fallback import one_row_at_a_time, plain_generate
 from .decode.loop import Rows, assemble, make_run, run_loop, token_ids
 from .decode.policy import CostCurve
 from .decode.processing import max_new_tokens as _max_new
@@ -167,11 +167,43 @@ def generate(
     if reason is not None:  # layers lookahead cannot draft over yet: model.generate's own decoding, said
         out = plain_generate(model, input_ids, attention_mask, kwargs, settings, reason)
         return (out, settings.stats) if return_stats else out
+    apart = V.rows_apart(facts, model) if input_ids.shape[0] > 1 else None
+    if apart is not None:  # rows that cannot share one cache: each alone, said
+        if kwargs.get("return_dict_in_generate"):
+            raise ValueError(f"return_dict_in_generate=True is not supported for a batch of {input_ids.shape[0]} rows "
+                             f"on {facts.name}: {apart}, so its rows run one at a time; pass one row at a time "
+                             f"(input_ids of batch 1) or leave return_dict_in_generate unset")
+        if streamer is not None:
+            raise ValueError(f"streamer= supports a batch of one row, as transformers' streamers do; got "
+                             f"{input_ids.shape[0]}")
+        seed = torch.Generator(input_ids.device).manual_seed(generator) if isinstance(generator, int) else generator
+
+        rest, new = dict(generate_kwargs), max_new_tokens
+        if new is None and "max_length" in rest:  # the batch's length, its padding included: as new tokens
+            new = rest.pop("max_length") - input_ids.shape[1]
+
+        def run_row(ids, docs):  # one row alone, every other argument as given
+            return generate(model, ids, lookup=lookup, max_ngram=max_ngram, min_ngram=min_ngram,
+                            num_draft_tokens=num_draft_tokens, draft_cost=draft_cost, draft=draft,
+                            max_draft_nodes=max_draft_nodes, memory=memory, max_new_tokens=new,
+                            eos_token_id=eos_token_id, pad_token_id=pad_token_id, logits_processor=logits_processor,
+                            stopping_criteria=stopping_criteria, documents=docs, tokenizer=tokenizer, generator=seed,
+                            return_stats=True, **rest)
+
+        out = one_row_at_a_time(run_row, input_ids, attention_mask, settings, apart, _pad(model, kwargs, settings))
+        return (out, settings.stats) if return_stats else out
     static = (kwargs.get("cache_implementation") or getattr(model.generation_config, "cache_implementation", None))
     V.check_compressed(facts, settings.draft, static == "static", input_ids.shape[0])  # before transformers builds a
     # static cache it has no layers for
     out = model.generate(input_ids, attention_mask=attention_mask, custom_generate=decode, lookahead=settings, **kwargs)
     return (out, settings.stats) if return_stats else out
+
+
+def _pad(model, kwargs: dict, settings: Settings) -> int:
+    """The id that pads rows which ended early: as `decode` chooses it (the pad id, else the first eos, else 0)."""
+    config = kwargs.get("generation_config") or model.generation_config
+    eos = settings.eos if settings.eos is not None else token_ids(kwargs.get("eos_token_id", config.eos_token_id))
+    return (token_ids(kwargs.get("pad_token_id", config.pad_token_id)) or eos[:1] or (0,))[0]
 
 
 def decode(model, input_ids, logits_processor, stopping_criteria, generation_config, lookahead: Settings | None = None,

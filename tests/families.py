@@ -213,16 +213,20 @@ REFUSALS = [
                                                    r"recurrent blocks keep their states on the modules|its recurrent "
                                                    r"states live in a cache of its own|its layers keep recurrent "
                                                    r"states beside a sliding window)"),
-    ("recurrent window by slot", ("batch",), r"a batch of \d+ rows is not supported for .*: its layers that keep "
-                                             r"recurrent states cut their sliding window by cache slot"),
-    ("ALiBi from slots", ("batch",), r"builds its ALiBi biases from cache slots"),
     ("window its masks ignore", ("static",), r"names a window of \d+ tokens that its forward's attention masks do "
                                              r"not apply"),
-    ("local window by slot", ("suffix_tree", "recycle_tree", "static", "batch"),
+    ("local window by slot", ("suffix_tree", "recycle_tree", "static"),
      r"is not supported for .*: its local attention layers cut their window of \d+ tokens by cache slot"),
     ("compressed", ("suffix_tree", "recycle_tree"), r"draft='tree' is not supported for .*: its compressed attention"),
     ("compressed", ("static",), r"cache_implementation='static' is not supported for .*: its compressed attention"),
-    ("compressed", ("batch",), r"a batch of \d+ rows is not supported for .*: its compressed attention"),
+]
+# features whose batch runs a row at a time, each alone and exact, said by a RowsApartWarning
+# (`lookahead.decode.fallback.one_row_at_a_time`): (feature, the warning's reason pattern)
+ROWS_APART = [
+    ("recurrent window by slot", r"layers that keep recurrent states cut their sliding window by cache slot"),
+    ("ALiBi from slots", r"builds its ALiBi biases from cache slots"),
+    ("local window by slot", r"local attention layers cut their window of \d+ tokens by cache slot"),
+    ("compressed", r"compressed attention layers count their entries once for every row"),
 ]
 # features whose every call runs model.generate's own decoding, said by a FallbackWarning (`lookahead.decode.fallback`):
 # (feature, the warning's reason pattern)
@@ -283,7 +287,8 @@ def features(model) -> set:
 
 def expected(model, call: str, name: str | None = None) -> tuple:
     """What a call must give: ("refused", pattern), ("fallback", pattern) where model.generate's own decoding runs
-    instead (its tokens, the warning's reason matching pattern), ("xfail", reason) for a `KNOWN_FAILURES` cell of
+    instead (its tokens, the warning's reason matching pattern), ("rows apart", pattern) where a batch's rows run
+    one at a time (each row's tokens, the warning's reason matching pattern), ("xfail", reason) for a `KNOWN_FAILURES` cell of
     the family `name`, or ("equal", None)."""
     found = features(model)
     for feature, calls, pattern in REFUSALS:
@@ -291,6 +296,9 @@ def expected(model, call: str, name: str | None = None) -> tuple:
             return "refused", pattern
     if (name, call) in KNOWN_FAILURES:
         return "xfail", KNOWN_FAILURES[name, call]
+    for feature, pattern in ROWS_APART if call == "batch" else ():
+        if feature in found:
+            return "rows apart", pattern
     for feature, pattern in FALLBACKS:
         if feature in found:
             return "fallback", pattern
@@ -317,13 +325,14 @@ def padded_batch() -> tuple:
 
 
 def outcome(model, call: str, new: int = NEW) -> tuple:
-    """("equal" | "fallback" | "wrong" | "refused" | "crash", detail) of one call against `model.generate`;
-    "refused" only for a ValueError or TypeError raised before the model's first forward; "fallback" for
-    model.generate's tokens with a FallbackWarning (its reason the detail)."""
+    """("equal" | "fallback" | "rows apart" | "wrong" | "refused" | "crash", detail) of one call against
+    `model.generate`; "refused" only for a ValueError or TypeError raised before the model's first forward;
+    "fallback" for model.generate's tokens with a FallbackWarning, "rows apart" for each row's tokens with a
+    RowsApartWarning (its reason the detail)."""
     import warnings
 
     import lookahead
-    from lookahead.decode.fallback import FallbackWarning
+    from lookahead.decode.fallback import FallbackWarning, RowsApartWarning
 
     kwargs = dict(CALLS[call], max_new_tokens=new, min_new_tokens=new)
     forwards = []
@@ -353,7 +362,8 @@ def outcome(model, call: str, new: int = NEW) -> tuple:
             first = int((want != got).nonzero()[0]) if len(want) == len(got) else -1
             return "wrong", f"row {i} differs from token {first}"
     fell = [str(w.message) for w in said if issubclass(w.category, FallbackWarning)]
-    return ("fallback", fell[0]) if fell else ("equal", "")
+    apart = [str(w.message) for w in said if issubclass(w.category, RowsApartWarning)]
+    return ("fallback", fell[0]) if fell else ("rows apart", apart[0]) if apart else ("equal", "")
 
 
 def tiny_model(name: str):
@@ -380,11 +390,11 @@ SHORT = [  # message pattern -> the short reason the table shows
 
 
 def cell(kind: str, detail: str, want: tuple) -> str:
-    """A table cell: equal, refused (short reason), fallback (short reason: model.generate ran), xfail (a
-    `KNOWN_FAILURES` cell), crash or wrong."""
+    """A table cell: equal, refused (short reason), fallback (short reason: model.generate ran), rows apart (short
+    reason: each row alone, its tokens), xfail (a `KNOWN_FAILURES` cell), crash or wrong."""
     import re
 
-    if kind in ("refused", "fallback"):
+    if kind in ("refused", "fallback", "rows apart"):
         reason = next((short for pattern, short in SHORT if re.search(pattern, detail)), detail[:40])
         kind = f"{kind} ({reason})"
     if want[0] == "xfail" and not kind == "equal":

@@ -42,7 +42,7 @@ def test_a_call_equals_generate_or_is_refused_for_its_layers(name, call, request
     if want == "xfail":
         request.applymarker(pytest.mark.xfail(strict=False, reason=detail))
     kind, message = F.outcome(model, call)
-    if want in ("refused", "fallback"):
+    if want in ("refused", "fallback", "rows apart"):
         assert kind == want, f"expected {want} matching {detail!r}, got {kind}: {message}"
         assert re.search(detail, message), message
     else:
@@ -170,3 +170,34 @@ def test_a_looped_model_keeps_each_loops_keys_in_the_static_cache():
     model.config.recurrent_kv_cache_mode = "last_loop"
     with pytest.raises(ValueError, match="recurrent_kv_cache_mode='last_loop'.*leave cache_implementation unset"):
         lookahead.generate(model, ids, cache_implementation="static", max_new_tokens=F.NEW)
+
+
+def test_a_batch_whose_rows_cannot_share_a_cache_runs_each_row_alone():
+    """MPT builds its ALiBi biases from cache slots, one line for every row: a left-padded batch runs a row at a time,
+    each row's prompt without its padding, said by a RowsApartWarning and the stats; the output is laid out as
+    model.generate lays out a batch (the padded prompts, the new tokens, then the pad id where a row ended early at
+    its eos), `max_length` counts the batch's padded length as transformers does, and what cannot be put together
+    from rows alone (return_dict_in_generate's per-step scores of a batch) is refused by name."""
+    import lookahead
+    from lookahead.decode.fallback import RowsApartWarning
+
+    model = F.tiny_model("mpt")
+    ids, mask = F.padded_batch()
+    wants = [F.reference(model, row) for row in (ids[0:1], ids[1:2, 10:])]
+    eos = next(int(t) for t in wants[1][5:] if int(t) not in wants[0].tolist())
+    short = wants[1].tolist().index(eos) + 1
+    with pytest.warns(RowsApartWarning, match="ALiBi biases from cache slots.*rows ran one after another"):
+        out, stats = lookahead.generate(model, ids, attention_mask=mask, max_new_tokens=F.NEW, eos_token_id=eos,
+                                        pad_token_id=0, return_stats=True)
+    p = ids.shape[1]
+    assert out.shape == (2, p + F.NEW) and torch_equal(out[:, :p], ids)
+    assert out[0, p:].tolist() == wants[0].tolist()
+    assert out[1, p:p + short].tolist() == wants[1][:short].tolist() and set(out[1, p + short:].tolist()) == {0}
+    assert stats.new_tokens_by_row == [F.NEW, short] and stats.new_tokens == F.NEW + short
+    assert stats.row_forwards == sum(stats.forwards_by_row) < F.NEW + short  # drafts accepted
+    assert "ALiBi biases from cache slots" in stats.rows_apart
+    with pytest.warns(RowsApartWarning):
+        out = lookahead.generate(model, ids, attention_mask=mask, max_length=p + 7)
+    assert out.shape == (2, p + 7) and out[0, p:].tolist() == wants[0][:7].tolist()
+    with pytest.raises(ValueError, match="return_dict_in_generate=True is not supported for a batch of 2 rows"):
+        lookahead.generate(model, ids, attention_mask=mask, max_new_tokens=5, return_dict_in_generate=True)

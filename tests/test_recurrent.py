@@ -213,17 +213,24 @@ def test_what_a_state_cannot_follow_is_refused_by_name(name, kwargs, message):
     assert not calls
 
 
-def test_a_window_cut_by_slot_beside_recurrent_states_refuses_batches_by_name():
+def test_a_window_cut_by_slot_beside_recurrent_states_runs_batches_a_row_at_a_time():
     """Inkling's sliding-window layers that keep recurrent states cut their window by cache slot (their own cache
-    layer's): one row per call is exact (`test_partly_accepted_drafts_give_generate_tokens`), a batch of several rows,
-    whose rows keep the slots of rejected drafts, is refused before any forward, and so is serving it."""
+    layer's): one row per call is exact (`test_partly_accepted_drafts_give_generate_tokens`); a batch of several rows,
+    whose rows would keep the slots of rejected drafts, runs a row at a time (said), each row exact; transformers
+    calling lookahead's loop on the whole batch (`custom_generate`) is refused before any forward, and so is serving
+    it."""
+    from lookahead.decode.fallback import RowsApartWarning
     from lookahead.serve.engine import Engine
 
     model = _model("inkling_text")
     ids, mask = F.padded_batch()
+    with pytest.warns(RowsApartWarning, match="recurrent states cut their sliding window by cache slot"):
+        out = lookahead.generate(model, ids, attention_mask=mask, max_new_tokens=F.NEW, min_new_tokens=F.NEW)
+    for i, row in enumerate((ids[0:1], ids[1:2, 10:])):
+        assert out[i, ids.shape[1]:].tolist() == F.reference(model, row).tolist()
     with pytest.raises(ValueError, match=r"a batch of 2 rows is not supported for InklingForCausalLM: its layers that "
                                          r"keep recurrent states cut their sliding window by cache slot"):
-        lookahead.generate(model, ids, attention_mask=mask, max_new_tokens=5)
+        model.generate(ids, attention_mask=mask, custom_generate=lookahead.custom_generate, max_new_tokens=5)
     with pytest.raises(ValueError, match=r"lookahead serve cannot batch InklingForCausalLM: its layers that keep "
                                          r"recurrent states cut their sliding window by cache slot"):
         Engine(model, draft_cost=0)

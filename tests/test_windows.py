@@ -5,7 +5,8 @@ import pytest
 import torch
 import transformers as T
 
-from lookahead import generate
+from lookahead import custom_generate, generate
+from lookahead.decode.fallback import RowsApartWarning
 from lookahead.model.layers import CHUNKED, FULL, SLIDING, LayerKinds
 
 from models import VOCAB, repeated_prompt
@@ -103,8 +104,9 @@ def test_layer_kinds_come_from_the_layers_in_force():
 
 
 def test_slot_windowed_layers_refuse_what_moves_slots_from_positions():
-    """GPT-Neo's local layers cut their window by cache slot from a mask of their own: trees, batches and the static
-    cache are refused before any forward, naming what works; a chain of one row is greedy's."""
+    """GPT-Neo's local layers cut their window by cache slot from a mask of their own: trees and the static cache are
+    refused before any forward, naming what works; a chain of one row is greedy's; a batch runs a row at a time (said),
+    and is refused where transformers calls lookahead's loop on the whole batch."""
     config = T.GPTNeoConfig(vocab_size=VOCAB, hidden_size=32, num_layers=2, num_heads=4, window_size=16,
                             attention_types=[[["global", "local"], 1]], max_position_embeddings=512,
                             initializer_range=0.3, bos_token_id=1, eos_token_id=2)
@@ -116,5 +118,7 @@ def test_slot_windowed_layers_refuse_what_moves_slots_from_positions():
                          (dict(cache_implementation="static"), "cache_implementation='static'")):
         with pytest.raises(ValueError, match=f"{what} is not supported for GPTNeoForCausalLM: its local attention"):
             generate(model, ids, max_new_tokens=NEW, **kwargs)
+    with pytest.warns(RowsApartWarning, match="local attention layers cut their window of 16 tokens by cache slot"):
+        assert torch.equal(generate(model, ids.repeat(2, 1), max_new_tokens=NEW, eos_token_id=[]), expected.repeat(2, 1))
     with pytest.raises(ValueError, match="a batch of 2 rows is not supported.*use draft='chain', one row per call"):
-        generate(model, ids.repeat(2, 1), max_new_tokens=NEW)
+        model.generate(ids.repeat(2, 1), custom_generate=custom_generate, max_new_tokens=NEW)

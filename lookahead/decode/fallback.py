@@ -4,6 +4,11 @@ decoding with the same arguments, so the call still gives what `model.generate` 
 `FallbackWarning` names the reason, and the call's `GenerationStats.fallback` holds it (one forward per token: no
 speedup). Options asked for by name that lookahead would refuse on a model it follows (a tree over recurrent layers,
 ...) still raise; the server refuses such a model when it starts (`serve.engine.check_servable`).
+
+And what it runs for a batch whose rows cannot share one cache on the model (compressed attention, ALiBi or local
+windows built from cache slots, recurrent states beside a window cut by slot): each row alone, its padding dropped,
+one after another (`one_row_at_a_time`): each row's tokens are what `model.generate` gives that row alone, drafted as
+a batch of one; said by a `RowsApartWarning` and `GenerationStats.rows_apart`.
 """
 from __future__ import annotations
 
@@ -21,6 +26,41 @@ from .loop import token_ids
 class FallbackWarning(UserWarning):
     """`lookahead.generate` ran `model.generate`'s own decoding: no drafts were verified (`GenerationStats.fallback`
     says why)."""
+
+
+class RowsApartWarning(UserWarning):
+    """`lookahead.generate` ran a batch's rows one after another, each alone (`GenerationStats.rows_apart` says
+    why): each row drafted and exact, the batch not verified in shared forwards."""
+
+
+def one_row_at_a_time(run_row, input_ids: torch.Tensor, attention_mask: torch.Tensor, settings, reason: str,
+                      pad: int) -> torch.Tensor:
+    """A left-padded batch input_ids [b, P] (`attention_mask`) generated a row at a time: `run_row(ids [1, L],
+    documents)` generates one row's prompt without its padding (with its documents): (its output [1, L + new], its
+    `GenerationStats`). Returns [b, P + longest new] as `model.generate` lays a batch out: each row's padded prompt,
+    its new tokens, then `pad`; `settings.stats` holds the rows' counters together."""
+    warnings.warn(f"lookahead: {reason}, so the batch's {len(input_ids)} rows ran one after another, each alone (its "
+                  f"tokens exact, its drafts verified as a batch of one; GenerationStats.rows_apart holds this "
+                  f"reason)", RowsApartWarning, stacklevel=3)
+    documents, total = settings.documents, settings.stats
+    news = []
+    for i, (ids, mask) in enumerate(zip(input_ids, attention_mask)):
+        docs = None if documents is None else list(documents[i if len(documents) > 1 else 0])
+        out, stats = run_row(ids[mask.bool()][None], docs)
+        news.append(out[0, int(mask.sum()):])
+        for name in ("forward_passes", "row_forwards", "new_tokens", "draft_tokens", "accepted_tokens"):
+            setattr(total, name, getattr(total, name) + getattr(stats, name))
+        total.new_tokens_by_row += stats.new_tokens_by_row
+        total.forwards_by_row += stats.forwards_by_row
+        for phase, seconds in stats.seconds.items():
+            total.seconds[phase] = total.seconds.get(phase, 0.0) + seconds
+    total.rows_apart = reason
+    longest = max(len(new) for new in news)
+    out = input_ids.new_full((len(input_ids), input_ids.shape[1] + longest), pad)
+    out[:, :input_ids.shape[1]] = input_ids
+    for i, new in enumerate(news):
+        out[i, input_ids.shape[1]:input_ids.shape[1] + len(new)] = new
+    return out
 
 
 def plain_generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, kwargs: dict, settings, reason: str):

@@ -33,6 +33,7 @@ class GenerationStats:
     seconds: dict = field(default_factory=dict)  # host wall clock per phase of the loop: draft, forward, accept, ...
     # (a fused call drafts each next step inside its acceptance: its "draft" is the first draft of each batch)
     fallback: str | None = None  # why lookahead.generate ran model.generate's own decoding (no drafts), or None
+    rows_apart: str | None = None  # why a batch's rows ran one after another, each alone, or None
 
     @property
     def tokens_per_forward(self) -> float:

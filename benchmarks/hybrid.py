@@ -9,6 +9,7 @@ call spent taking checkpoints and settling recurrent states on the accepted path
     python benchmarks/hybrid.py --traces 2 --max-new 32 --layers 4   # a quick look
     python benchmarks/hybrid.py --shape recurrent_gemma               # Griffin blocks (RecurrentGemma) instead
     python benchmarks/hybrid.py --shape deepseek_v4                   # DeepSeek-V4's compressed attention
+    python benchmarks/hybrid.py --shape xlstm                         # xLSTM (mLSTM layers only) against a Llama
     python benchmarks/hybrid.py --cache static                        # lookahead on the static cache (eager)
 
 Each trace runs greedy and lookahead in turn, on both models, so drift in the machine's speed falls on all alike.
@@ -36,6 +37,8 @@ def model(kind: str, layers: int, shape: str = "qwen3_5"):
         return griffin(kind, layers)
     if shape == "deepseek_v4":
         return deepseek_v4(kind, layers)
+    if shape == "xlstm":
+        return xlstm(kind, layers)
     from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
 
     types = ["linear_attention", "linear_attention", "linear_attention", "full_attention"] * (layers // 4)
@@ -66,6 +69,23 @@ def deepseek_v4(kind: str, layers: int):
                               pad_token_id=EOS)
     torch.manual_seed(0)
     return DeepseekV4ForCausalLM(config).eval()
+
+
+def xlstm(kind: str, layers: int):
+    """A random xLSTM of hidden 1024 (8 heads; every block an mLSTM layer and a feed-forward of 2752): its states in
+    its own cache ("hybrid"), or a Llama of the same hidden size, layers and feed-forward ("attention"). Query-key
+    heads as wide as the value heads: transformers 5.24's own generate fails on narrower ones."""
+    from transformers import LlamaConfig, LlamaForCausalLM, xLSTMConfig, xLSTMForCausalLM
+
+    torch.manual_seed(0)
+    if kind == "attention":
+        return LlamaForCausalLM(LlamaConfig(vocab_size=VOCAB, hidden_size=1024, intermediate_size=2752,
+                                            num_hidden_layers=layers, num_attention_heads=8, num_key_value_heads=8,
+                                            max_position_embeddings=4096, bos_token_id=EOS, eos_token_id=EOS,
+                                            pad_token_id=EOS)).eval()
+    config = xLSTMConfig(vocab_size=VOCAB, hidden_size=1024, num_hidden_layers=layers, num_heads=8, qk_dim_factor=1.0,
+                         bos_token_id=EOS, eos_token_id=EOS, pad_token_id=EOS)
+    return xLSTMForCausalLM(config).eval()
 
 
 def griffin(kind: str, layers: int):
@@ -159,7 +179,7 @@ def main(argv=None) -> None:
     parser.add_argument("--layers", type=int, default=4, help="layers, a multiple of 4 (default 4)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
     parser.add_argument("--data-dir", default=None, help="../shared/data by default")
-    parser.add_argument("--shape", default="qwen3_5", choices=("qwen3_5", "recurrent_gemma", "deepseek_v4"),
+    parser.add_argument("--shape", default="qwen3_5", choices=("qwen3_5", "recurrent_gemma", "deepseek_v4", "xlstm"),
                         help="the hybrid's recurrent layers: gated delta nets (qwen3_5, default), Griffin blocks, or "
                              "DeepSeek-V4's compressed attention against its sliding window alone")
     parser.add_argument("--cache", default=None, choices=("static",),

@@ -127,7 +127,6 @@ def check_compressed(facts: ModelFacts, draft: str, static: bool, rows: int) -> 
 def rows_apart(facts: ModelFacts, model) -> str | None:
     """Why the rows of a batch cannot share one cache on `model` (each row runs alone instead:
     `decode.fallback.one_row_at_a_time`), or None."""
-    from .model.layers import LayerKinds
     from .model.recurrent import windowed_state_layers
 
     if any(layer.kind == COMPRESSED for layer in facts.layers):
@@ -135,10 +134,6 @@ def rows_apart(facts: ModelFacts, model) -> str | None:
     if facts.alibi == "slots":
         return (f"{facts.name} builds its ALiBi biases from cache slots, one line for every row (a row's padding and "
                 f"rejected slots would count as distance)")
-    by_slot = LayerKinds.of(model.config).by_slot
-    if by_slot is not None:
-        return (f"{facts.name}'s local attention layers cut their window of {by_slot} tokens by cache slot (a row's "
-                f"padding and rejected slots would count as distance)")
     if facts.recurrent == "" and windowed_state_layers(model):
         return (f"{facts.name}'s layers that keep recurrent states cut their sliding window by cache slot (a row's "
                 f"padding and rejected slots would count as distance)")

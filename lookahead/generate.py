@@ -33,7 +33,6 @@ from .model import make_target
 from .model.attention import packed_attention
 from .model.facts import ModelFacts
 from .model.indexer import decoding_order
-from .model.layers import LayerKinds, check_slot_windows
 from .model.linear import packed_linears
 from .model.recurrent import stepping
 from .model.static import compiles_on_cpu
@@ -245,8 +244,6 @@ def _decode(model, input_ids, logits_processor, stopping_criteria, generation_co
     V.check_alibi(facts, generation_config, input_ids.shape[0])
     V.check_compressed(facts, settings.draft, getattr(generation_config, "cache_implementation", None) == "static",
                        input_ids.shape[0])
-    check_slot_windows(LayerKinds.of(model.config), facts.name, settings.draft, input_ids.shape[0],
-                       getattr(generation_config, "cache_implementation", None) == "static")
     eos = settings.eos if settings.eos is not None else token_ids(generation_config.eos_token_id)
     pad = token_ids(generation_config.pad_token_id) or eos[:1] or (0,)
     max_new = _max_new(stopping_criteria, input_ids.shape[1])

@@ -18,6 +18,15 @@ SHARED = ROOT.parent / "shared"
 STORIES = SHARED / "models" / "stories260K"
 
 
+FIRST = ("test_bounds.py",)  # the longest single test (kernels compiled afresh with bounds checks, then a fuzz): started
+# first, so that the other worker runs the rest of the suite beside it
+
+
+def pytest_collection_modifyitems(items):
+    """Run the tests of `FIRST` before the others (the workers take files in this order)."""
+    items.sort(key=lambda item: item.path.name not in FIRST)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _own_cache_folder(tmp_path_factory):
     """The suite keeps its measured cost curves (`lookahead.decode.curves`) in a folder of its own, never in the

@@ -215,8 +215,6 @@ REFUSALS = [
                                                    r"states beside a sliding window)"),
     ("window its masks ignore", ("static",), r"names a window of \d+ tokens that its forward's attention masks do "
                                              r"not apply"),
-    ("local window by slot", ("suffix_tree", "recycle_tree", "static"),
-     r"is not supported for .*: its local attention layers cut their window of \d+ tokens by cache slot"),
     ("compressed", ("suffix_tree", "recycle_tree"), r"draft='tree' is not supported for .*: its compressed attention"),
     ("compressed", ("static",), r"cache_implementation='static' is not supported for .*: its compressed attention"),
 ]
@@ -225,7 +223,6 @@ REFUSALS = [
 ROWS_APART = [
     ("recurrent window by slot", r"layers that keep recurrent states cut their sliding window by cache slot"),
     ("ALiBi from slots", r"builds its ALiBi biases from cache slots"),
-    ("local window by slot", r"local attention layers cut their window of \d+ tokens by cache slot"),
     ("compressed", r"compressed attention layers count their entries once for every row"),
 ]
 # features whose every call runs model.generate's own decoding, said by a FallbackWarning (`lookahead.decode.fallback`):
@@ -276,8 +273,6 @@ def features(model) -> set:
         found.add("ALiBi")
     if facts.alibi == "slots":
         found.add("ALiBi from slots")
-    if LayerKinds.of(model.config).by_slot is not None:
-        found.add("local window by slot")
     try:
         check_windows_in_masks(model, LayerKinds.of(model.config))
     except ValueError:
@@ -383,7 +378,6 @@ SHORT = [  # message pattern -> the short reason the table shows
      "recurrent state held elsewhere"),
     (r"static' is not supported .* recurrent", "recurrent"),
     (r"cache of its own", "own cache"), (r"does not know", "unknown layer kind"), (r"ALiBi", "ALiBi"),
-    (r"local attention layers", "local window by slot"),
     (r"recurrent states cut their sliding window", "recurrent window by slot"),
     (r"masks do not apply", "window its masks ignore"), (r"compressed attention", "compressed"),
 ]

@@ -8,11 +8,13 @@ from pathlib import Path
 
 def test_the_generate_fuzz_passes_under_numba_bounds_checks(tmp_path):
     """Every kernel compiled afresh with bounds checks (a fresh cache: one compiled without them would hide an
-    out-of-bounds write), then the kernels at their buffers' edges and a few hundred random `generate` calls: none
-    writes outside its arrays, every greedy call equals `model.generate`."""
+    out-of-bounds write), then the kernels at their buffers' edges and 120 random `generate` calls (FUZZ_EXAMPLES;
+    `tests/fuzz_generate.py` alone runs 300): none writes outside its arrays, every greedy call equals
+    `model.generate`."""
     here = Path(__file__).resolve().parent
     env = dict(os.environ, NUMBA_BOUNDSCHECK="1", NUMBA_CACHE_DIR=str(tmp_path / "numba"))
+    env.setdefault("FUZZ_EXAMPLES", "120")  # in the suite (its ten minutes); more by setting it
     files = [str(here / "test_kernel_edges.py"), str(here / "fuzz_generate.py")]
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *files],
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-n", "0", "-p", "no:cacheprovider", *files],
                          cwd=here.parent, env=env, capture_output=True, text=True)
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-3000:]

@@ -5,8 +5,7 @@ import pytest
 import torch
 import transformers as T
 
-from lookahead import custom_generate, generate
-from lookahead.decode.fallback import RowsApartWarning
+from lookahead import generate
 from lookahead.model.layers import CHUNKED, FULL, SLIDING, LayerKinds
 
 from models import VOCAB, repeated_prompt
@@ -103,22 +102,33 @@ def test_layer_kinds_come_from_the_layers_in_force():
     assert not LayerKinds.of(T.Qwen2Config(sliding_window=16, use_sliding_window=False)).windowed
 
 
-def test_slot_windowed_layers_refuse_what_moves_slots_from_positions():
-    """GPT-Neo's local layers cut their window by cache slot from a mask of their own: trees and the static cache are
-    refused before any forward, naming what works; a chain of one row is greedy's; a batch runs a row at a time (said),
-    and is refused where transformers calls lookahead's loop on the whole batch."""
+def test_slot_windowed_layers_get_their_windows_by_position():
+    """GPT-Neo's local layers cut their window themselves, from a band of cache slots: lookahead hands them bands by
+    position (`model.local`), so trees (siblings share a depth), the static cache (its whole buffer of slots) and a
+    left-padded batch (padding and the slots of rejected drafts), drafting from a document wrong at every fifth
+    token, give model.generate's tokens on each row's own prompt, with a window of 16 behind 40-token prompts."""
+    from test_recurrent import corrupted
+
     config = T.GPTNeoConfig(vocab_size=VOCAB, hidden_size=32, num_layers=2, num_heads=4, window_size=16,
                             attention_types=[[["global", "local"], 1]], max_position_embeddings=512,
                             initializer_range=0.3, bos_token_id=1, eos_token_id=2)
     torch.manual_seed(0)
     model, ids = T.GPTNeoForCausalLM(config).eval(), _prompt()
     expected = model.generate(ids, do_sample=False, max_new_tokens=NEW, eos_token_id=None, pad_token_id=0)
-    assert torch.equal(generate(model, ids, max_new_tokens=NEW, eos_token_id=[]), expected)
-    for kwargs, what in ((dict(lookup="suffix", draft="tree"), "draft='tree'"),
-                         (dict(cache_implementation="static"), "cache_implementation='static'")):
-        with pytest.raises(ValueError, match=f"{what} is not supported for GPTNeoForCausalLM: its local attention"):
-            generate(model, ids, max_new_tokens=NEW, **kwargs)
-    with pytest.warns(RowsApartWarning, match="local attention layers cut their window of 16 tokens by cache slot"):
-        assert torch.equal(generate(model, ids.repeat(2, 1), max_new_tokens=NEW, eos_token_id=[]), expected.repeat(2, 1))
-    with pytest.raises(ValueError, match="a batch of 2 rows is not supported.*use draft='chain', one row per call"):
-        model.generate(ids.repeat(2, 1), custom_generate=custom_generate, max_new_tokens=NEW)
+    documents = [corrupted(expected[0, ids.shape[1]:])]
+    for kwargs in ({}, dict(lookup="suffix", draft="tree"), dict(cache_implementation="static"),
+                   dict(cache_implementation="static", lookup="suffix", draft="tree")):
+        out, stats = generate(model, ids, max_new_tokens=NEW, eos_token_id=[], documents=documents, draft_cost=0,
+                              return_stats=True, **kwargs)
+        assert torch.equal(out, expected), kwargs
+        assert stats.draft_tokens - stats.accepted_tokens >= 4, kwargs  # rejections: slots apart from positions
+    short = ids[:, 12:]
+    batch = torch.cat([ids, torch.cat([torch.zeros_like(ids[:, :12]), short], 1)])
+    mask = torch.ones_like(batch)
+    mask[1, :12] = 0
+    want = model.generate(short, do_sample=False, max_new_tokens=NEW, eos_token_id=None, pad_token_id=0)
+    for kwargs in ({}, dict(cache_implementation="static")):
+        out = generate(model, batch, attention_mask=mask, max_new_tokens=NEW, eos_token_id=[], pad_token_id=0,
+                       documents=[documents, [corrupted(want[0, short.shape[1]:])]], draft_cost=0, **kwargs)
+        assert torch.equal(out[0], expected[0]), kwargs
+        assert torch.equal(out[1, ids.shape[1]:], want[0, short.shape[1]:]), kwargs

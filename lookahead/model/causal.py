@@ -23,6 +23,7 @@ from .facts import ModelFacts
 from .layers import LayerKinds, state_space
 from .compressed import CompressedStates, compressed_layers
 from .griffin import BlockStates, griffin_blocks
+from .local import by_position
 from .recurrent import Checkpoints, close_states, keeps_states
 from .static import prompt_positions, prompt_sources
 from .xlstm import LayerStates, keeps_rnn_state
@@ -63,6 +64,7 @@ class CausalLM:
             Checkpoints(model, self.cache) if keeps_states(self.cache) else \
             LayerStates(model, self.cache) if keeps_rnn_state(self.cache) else \
             CompressedStates(model, self.cache) if compressed_layers(self.cache) else None
+        self.band = self.kinds.by_slot  # GPT-Neo's window of slots: its layers read bands by position (`local.py`)
         self.attends = not state_space(facts.layers)  # a state-space model takes no mask after its prefill (some
         # pass it to their mixers as padding of the step, as model.generate never does)
 
@@ -143,9 +145,10 @@ class CausalLM:
         """The prompts' forward: logits [b, P or 1, V]."""
         if keeps_rnn_state(self.cache) and len(self.pos) > 1 and not bool(self.mask.bool().all()):
             return self._prefill_alone()
-        return self.model(input_ids=self.input_ids, attention_mask=self.mask,
-                            position_ids=prompt_positions(self.mask), **{self.facts.kv: self.cache}, use_cache=True,
-                            **self.facts.last_logits_only()).logits
+        positions = prompt_positions(self.mask)
+        with by_position(self.model, positions, positions, self.band) if self.band else contextlib.nullcontext():
+            return self.model(input_ids=self.input_ids, attention_mask=self.mask, position_ids=positions,
+                              **{self.facts.kv: self.cache}, use_cache=True, **self.facts.last_logits_only()).logits
 
     def _prefill_alone(self) -> torch.Tensor:
         """A left-padded batch of a model whose states read every token (xLSTM's take no mask: transformers' own
@@ -175,7 +178,12 @@ class CausalLM:
         biases = alibi.from_positions(self.model, self._key_positions(to_device(positions, self._slots.device)),
                                       self.facts.alibi) \
             if self.facts.alibi and not batch.chain else contextlib.nullcontext()  # ALiBi by node depth
-        with self.states.forward() if self.states is not None else contextlib.nullcontext(), biases:
+        if self.band:  # GPT-Neo's windows by position (a tree's depths, a batch's holes)
+            query_pos = to_device(positions, self._slots.device)
+            bands = by_position(self.model, self._key_positions(query_pos), query_pos, self.band)
+        else:
+            bands = contextlib.nullcontext()
+        with self.states.forward() if self.states is not None else contextlib.nullcontext(), biases, bands:
             logits = self.model(input_ids=to_device(tokens, device), attention_mask=mask if self.attends else None,
                                 use_cache=True,
                                 position_ids=to_device(positions, device), **{self.facts.kv: self.cache}).logits

@@ -34,7 +34,8 @@ class LayerKinds:
 
     per_layer: tuple  # each layer's kind, as transformers names it ("full_attention", "sliding_attention", ...)
     sizes: dict  # windowed kind -> its window (sliding) or chunk (chunked), in positions
-    by_slot: int | None = None  # the window of layers that cut it themselves by cache slot (GPT-Neo's "local")
+    by_slot: int | None = None  # the window of layers that cut it themselves from a band of slots (GPT-Neo's
+    # "local"), which lookahead hands them by position (`local.by_position`)
 
     @classmethod
     def of(cls, config) -> "LayerKinds":
@@ -79,22 +80,6 @@ class LayerKinds:
         for kind in self.per_layer:  # recurrent layers: no padding inside a step to mask
             masks.setdefault(kind, None)
         return masks
-
-
-def check_slot_windows(kinds: LayerKinds, name: str, draft: str, rows: int, static: bool) -> None:
-    """Raise ValueError, before any forward, for the calls whose cache slots and positions part ways on a model
-    whose layers cut their window by cache slot (GPT-Neo's local layers, from a mask of their own that no mask
-    passed in replaces): a tree's nodes sit further apart in slots than in depth, a batch's rows keep the slots of
-    rejected drafts (masked), and the static cache's keys are its whole buffer."""
-    if kinds.by_slot is None:
-        return
-    what = ("draft='tree'" if draft == "tree" else f"a batch of {rows} rows" if rows > 1
-            else "cache_implementation='static'" if static else None)
-    if what is not None:
-        raise ValueError(f"{what} is not supported for {name}: its local attention layers cut their window of "
-                         f"{kinds.by_slot} tokens by cache slot, which a tree, the masked slots of a batch and the "
-                         f"static cache move away from positions; use draft='chain', one row per call and leave "
-                         f"cache_implementation unset")
 
 
 def check_windows_in_masks(model, kinds: LayerKinds) -> None:

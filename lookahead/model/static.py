@@ -34,6 +34,7 @@ from ..runtime.jit import kernels
 from . import _kernels, alibi
 from .facts import ModelFacts
 from .indexer import reads_key_positions
+from .local import by_position
 from .layers import FULL, SLIDING, WINDOWED, LayerKinds, additive, check_windows_in_masks, state_space
 from .recurrent import Checkpoints, close_states, state_layers
 from .slot_cache import SlotCache, check_static
@@ -138,7 +139,7 @@ def _step(model, state: _State, inputs: torch.Tensor) -> tuple:
     allowed = committed[:, None, :] & ~in_step | in_step & sees
     state.cache.writes = write[:, None] + torch.arange(width, device=inputs.device)[None, :]
     key_pos = None
-    if state.kinds.windowed or state.alibi or state.key_positions:  # a row's slots hold consecutive positions (its
+    if state.kinds.windowed or state.alibi or state.key_positions or state.kinds.by_slot:  # a row's slots hold consecutive positions (its
         # prompt left-padded, then what it committed), the step's columns their nodes' own
         key_pos = torch.where(in_step[:, 0], positions.gather(1, offset[:, 0].clamp(0, width - 1)),
                               s[None, :] - (write - positions[:, 0])[:, None])
@@ -148,7 +149,9 @@ def _step(model, state: _State, inputs: torch.Tensor) -> tuple:
         mask = state.kinds.masks(allowed, key_pos, positions, state.dtype, views)
     else:
         mask = additive(allowed, state.dtype) if state.attends else None
-    with alibi.from_positions(model, key_pos, state.alibi) if state.alibi else contextlib.nullcontext():
+    bands = by_position(model, key_pos, positions, state.kinds.by_slot) if state.kinds.by_slot \
+        else contextlib.nullcontext()  # GPT-Neo's windows by position, over the whole buffer of slots
+    with alibi.from_positions(model, key_pos, state.alibi) if state.alibi else contextlib.nullcontext(), bands:
         logits = model(input_ids=tokens, attention_mask=mask, position_ids=positions,
                        **{state.kv: state.cache}, use_cache=True,
                        cache_position=torch.arange(width, device=inputs.device)).logits
@@ -415,7 +418,9 @@ def prefill_state(model, facts: ModelFacts, state: _State, input_ids: torch.Tens
             attention = {**attention, **padding} if isinstance(attention, dict) else mask
     state.cache.prefilling = True
     try:
-        with alibi.from_positions(model, key_pos, state.alibi) if state.alibi else contextlib.nullcontext():
+        bands = by_position(model, key_pos, positions, state.kinds.by_slot) if state.kinds.by_slot \
+            else contextlib.nullcontext()
+        with alibi.from_positions(model, key_pos, state.alibi) if state.alibi else contextlib.nullcontext(), bands:
             logits = model(input_ids=input_ids, attention_mask=attention, position_ids=positions,
                            **{state.kv: state.cache}, use_cache=True, cache_position=torch.arange(p, device=dev),
                            **facts.last_logits_only()).logits

@@ -32,7 +32,7 @@ from ..decode.settings import DRAFT_TOKENS, GenerationStats, make_settings
 from ..model.attention import packed_attention
 from ..model.facts import ModelFacts
 from ..model.indexer import decoding_order
-from ..model.layers import CHUNKED, FULL, INDEXED, NONE, RECURRENT, SLIDING, LayerKinds
+from ..model.layers import CHUNKED, FULL, INDEXED, NONE, RECURRENT, SLIDING
 from ..model.linear import packed_linears
 from ..model.recurrent import state_layers, stepping, windowed_state_layers
 from ..model.static import static_mode
@@ -45,13 +45,13 @@ logger = logging.getLogger("lookahead.serve")
 
 def check_servable(model) -> ModelFacts:
     """The model's facts, or ValueError when the engine cannot batch it: its layers must attend to full or
-    windowed spans of a KV cache (sliding windows and chunks get masks by position, as in `generate`), and cut
-    their windows by position, not by cache slot; or keep recurrent states lookahead follows (each joined row its
-    own, `recurrent.Checkpoints`).
+    windowed spans of a KV cache (sliding windows and chunks get masks by position, as in `generate`; GPT-Neo's bands
+    of slots by position too, `model.local`; ALiBi biases from each row's mask, not one line of slots for every row),
+    or keep recurrent states lookahead follows (each joined row its own, `recurrent.Checkpoints`).
 
     Raises:
-        ValueError: an encoder-decoder, or layers of another kind (recurrent ones not followed, GPT-Neo's slot
-            windows, ...), named.
+        ValueError: an encoder-decoder, or layers of another kind (recurrent ones not followed, MPT's ALiBi from
+            slots, ...), named.
     """
     facts = ModelFacts.of(model)
     if facts.encoder_decoder:
@@ -62,8 +62,8 @@ def check_servable(model) -> ModelFacts:
                          f"lookahead.generate one row at a time")
     followed = (FULL, SLIDING, CHUNKED, INDEXED, NONE) + ((RECURRENT,) if facts.recurrent == "" else ())
     other = sorted({layer.name for layer in facts.layers if layer.kind not in followed})
-    if other or LayerKinds.of(model.config).by_slot is not None or facts.alibi:
-        what = ", ".join(other) or ("ALiBi biases" if facts.alibi else "local (slot-windowed)")
+    if other or facts.alibi == "slots":
+        what = ", ".join(other) or "ALiBi (one bias line for every row, from cache slots)"
         raise ValueError(f"lookahead serve batches full-attention, sliding-window and chunked layers only; "
                          f"{facts.name} has {what} layers")
     return facts

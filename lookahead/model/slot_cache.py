@@ -135,10 +135,11 @@ class SlotCache(Cache):
                  states: dict | None = None):
         text = config.get_text_config(decoder=True)
         rings, states, layers = dict(rings or {}), dict(states or {}), text.num_hidden_layers
-        for i, of in enumerate(loop_layers(text), start=layers):  # a looped model's later loops: layers of their own
+        copies = loop_layers(text)  # a looped model's later loops: layers of their own, as the layers they copy
+        for i, of in enumerate(copies, start=layers):
             rings.update({i: rings[of]} if of in rings else {})
             states.update({i: states[of]} if of in states else {})
-        layers += len(loop_layers(text))
+        layers += len(copies)
         self.slots, self.prefilling = slots, False
         # layer -> (its number of states, whether it keeps keys and values beside them) of the layers that keep
         # recurrent states: transformers' `LinearAttentionLayer` alone (no slots), or a `SlotStateLayer`

@@ -139,8 +139,8 @@ def _step(model, state: _State, inputs: torch.Tensor) -> tuple:
     allowed = committed[:, None, :] & ~in_step | in_step & sees
     state.cache.writes = write[:, None] + torch.arange(width, device=inputs.device)[None, :]
     key_pos = None
-    if state.kinds.windowed or state.alibi or state.key_positions or state.kinds.by_slot:  # a row's slots hold consecutive positions (its
-        # prompt left-padded, then what it committed), the step's columns their nodes' own
+    if state.kinds.windowed or state.alibi or state.key_positions or state.kinds.by_slot:  # a row's slots hold
+        # consecutive positions (its prompt left-padded, then what it committed), the step's columns their nodes' own
         key_pos = torch.where(in_step[:, 0], positions.gather(1, offset[:, 0].clamp(0, width - 1)),
                               s[None, :] - (write - positions[:, 0])[:, None])
         state.cache.key_positions = key_pos if state.key_positions else None

@@ -48,12 +48,7 @@ def one_row_at_a_time(run_row, input_ids: torch.Tensor, attention_mask: torch.Te
         docs = None if documents is None else list(documents[i if len(documents) > 1 else 0])
         out, stats = run_row(ids[mask.bool()][None], docs)
         news.append(out[0, int(mask.sum()):])
-        for name in ("forward_passes", "row_forwards", "new_tokens", "draft_tokens", "accepted_tokens"):
-            setattr(total, name, getattr(total, name) + getattr(stats, name))
-        total.new_tokens_by_row += stats.new_tokens_by_row
-        total.forwards_by_row += stats.forwards_by_row
-        for phase, seconds in stats.seconds.items():
-            total.seconds[phase] = total.seconds.get(phase, 0.0) + seconds
+        total.merge(stats)
     total.rows_apart = reason
     longest = max(len(new) for new in news)
     out = input_ids.new_full((len(input_ids), input_ids.shape[1] + longest), pad)

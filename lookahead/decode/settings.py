@@ -4,7 +4,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 
 import numpy as np
 import torch
@@ -44,6 +44,18 @@ class GenerationStats:
     def acceptance_rate(self) -> float:
         """Fraction of proposed draft tokens that the target accepted."""
         return self.accepted_tokens / max(self.draft_tokens, 1)
+
+    def merge(self, other: "GenerationStats") -> None:
+        """Add another call's counters to these: counts summed, per-row lists appended, seconds summed by phase."""
+        for f in fields(self):
+            mine, theirs = getattr(self, f.name), getattr(other, f.name)
+            if isinstance(mine, int):
+                setattr(self, f.name, mine + theirs)
+            elif isinstance(mine, list):
+                mine.extend(theirs)
+            elif isinstance(mine, dict):
+                for key, value in theirs.items():
+                    mine[key] = mine.get(key, 0.0) + value
 
     def add_forward(self, rows: int) -> None:
         """Count one target forward pass over `rows` batch rows."""

@@ -5,7 +5,8 @@ import torch
 
 from ._checks import check_int  # noqa: F401  (re-exported: one integer check for the whole package)
 from .model.cache import FOLLOWED_CACHES
-from .model.facts import ModelFacts, forward_parameters, takes_keywords
+from .model.facts import ModelFacts, forward_parameters, rows_apart, takes_keywords  # noqa: F401 (rows_apart:
+# re-exported for generate)
 from .model.layers import COMPRESSED, KNOWN, NONE, RECURRENT, state_space
 
 
@@ -122,22 +123,6 @@ def check_compressed(facts: ModelFacts, draft: str, static: bool, rows: int) -> 
         raise ValueError(f"cache_implementation='static' is not supported for {name}: its compressed attention "
                          f"layers keep their buffers and entries in their own cache layers, which the static cache "
                          f"does not hold; leave cache_implementation unset")
-
-
-def rows_apart(facts: ModelFacts, model) -> str | None:
-    """Why the rows of a batch cannot share one cache on `model` (each row runs alone instead:
-    `decode.fallback.one_row_at_a_time`), or None."""
-    from .model.recurrent import windowed_state_layers
-
-    if any(layer.kind == COMPRESSED for layer in facts.layers):
-        return f"{facts.name}'s compressed attention layers count their entries once for every row"
-    if facts.alibi == "slots":
-        return (f"{facts.name} builds its ALiBi biases from cache slots, one line for every row (a row's padding and "
-                f"rejected slots would count as distance)")
-    if facts.recurrent == "" and windowed_state_layers(model):
-        return (f"{facts.name}'s layers that keep recurrent states cut their sliding window by cache slot (a row's "
-                f"padding and rejected slots would count as distance)")
-    return None
 
 
 def check_alibi(facts: ModelFacts, config, rows: int) -> None:

@@ -8,7 +8,8 @@ speedup). Options asked for by name that lookahead would refuse on a model it fo
 And what it runs for a batch whose rows cannot share one cache on the model (compressed attention, ALiBi or local
 windows built from cache slots, recurrent states beside a window cut by slot): each row alone, its padding dropped,
 one after another (`one_row_at_a_time`): each row's tokens are what `model.generate` gives that row alone, drafted as
-a batch of one; said by a `RowsApartWarning` and `GenerationStats.rows_apart`.
+a batch of one; said by a `RowsApartWarning` and `GenerationStats.rows_apart`. The server steps each such request
+in a batch of its own (`serve.engine.Batch`).
 """
 from __future__ import annotations
 

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .layers import RECURRENT, layer_kinds, own_cache, smallest_window
-from .recurrent import unsupported
+from .layers import COMPRESSED, RECURRENT, layer_kinds, own_cache, smallest_window
+from .recurrent import unsupported, windowed_state_layers
 
 _PARAMETERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # forward function -> its parameter names
 
@@ -137,4 +137,18 @@ def position_limit(config):
         value = getattr(config, attr, None)
         if isinstance(value, int) and value > 0:
             return value
+    return None
+
+
+def rows_apart(facts: ModelFacts, model) -> str | None:
+    """Why the rows of a batch cannot share one cache on `model` (`generate` runs each row alone instead:
+    `decode.fallback.one_row_at_a_time`; the server steps each row in a batch of its own), or None."""
+    if any(layer.kind == COMPRESSED for layer in facts.layers):
+        return f"{facts.name}'s compressed attention layers count their entries once for every row"
+    if facts.alibi == "slots":
+        return (f"{facts.name} builds its ALiBi biases from cache slots, one line for every row (a row's padding and "
+                f"rejected slots would count as distance)")
+    if facts.recurrent == "" and windowed_state_layers(model):
+        return (f"{facts.name}'s layers that keep recurrent states cut their sliding window by cache slot (a row's "
+                f"padding and rejected slots would count as distance)")
     return None

@@ -20,6 +20,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from ..decode.loop import token_ids
+from .engine import tree_refusal
 from .row import Row, Sampling
 from .schemas import BadRequest, Request, parse_body, parse_request
 
@@ -132,10 +133,10 @@ async def _complete(served: Served, request: HTTPRequest, chat: bool):
                          "model_not_found")
     prompt = served.prompt_ids(req)
     max_new = served.max_new(req, len(prompt))
-    if req.drafting.draft == "tree" and served.engine.facts.recurrent == "":
-        raise BadRequest(f"Invalid 'lookahead.draft': 'tree' is not supported for {served.engine.facts.name}: its "
-                         f"recurrent layers carry one state along one sequence of tokens; use 'chain'.",
-                         "lookahead.draft", "invalid_value")
+    refusal = tree_refusal(served.engine.facts) if req.drafting.draft == "tree" else None
+    if refusal is not None:
+        raise BadRequest(f"Invalid 'lookahead.draft': 'tree' is not supported for {served.engine.facts.name}: "
+                         f"{refusal}; use 'chain'.", "lookahead.draft", "invalid_value")
     prediction = None
     if req.prediction:
         prediction = np.asarray(served.tokenizer(req.prediction, add_special_tokens=False)["input_ids"],

@@ -1,16 +1,20 @@
 """`Engine`: one thread owns the model and steps every running row together (continuous batching).
 
 Each turn of the loop: take the rows that arrived (each prefilled alone, then joined to the batch: `ServingLM.join`),
-drop cancelled rows, then one step for all rows:
+drop cancelled rows, then one step for all rows of a batch:
 
     draft (each row's index and policy; in a batch, greedy rows draft at most the step's width, the one with the
     most tokens expected per unit of cost for the whole batch: `policy.batch_width`, and fill up to it: those columns
     are computed anyway) -> verify (one forward over every row's [last token, draft]) -> accept (per row: greedy,
-    or speculative sampling with the row's temperature, top-p and generator) -> commit (the cache keeps each row's accepted path)
-    -> advance (append, stream, stop) -> drop finished rows.
+    or speculative sampling with the row's temperature, top-p and generator) -> commit (the cache keeps each row's
+    accepted path) -> advance (append, stream, stop) -> drop finished rows.
 
 Greedy rows gain exactly the tokens `model.generate(do_sample=False)` gives their prompt alone: each row's attention
 sees its own slots only and its positions are its own. The acceptance rules are `lookahead.verify`'s.
+
+The rows run in one batch over one cache, except on a model whose rows cannot share one (`facts.rows_apart`:
+DeepSeek-V4's compressed attention, MPT's ALiBi from slots, Inkling's windowed recurrent layers): there each row is a
+batch of its own, stepped one after another in the same turn, as `generate` runs such a batch's rows.
 """
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ import queue
 import threading
 import time
 import types
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -30,11 +35,11 @@ from ..decode.calibrate import budget, draft_cost
 from ..decode.policy import CostCurve, StepTimes, batch_width
 from ..decode.settings import DRAFT_TOKENS, GenerationStats, make_settings
 from ..model.attention import packed_attention
-from ..model.facts import ModelFacts
+from ..model.facts import ModelFacts, rows_apart
 from ..model.indexer import decoding_order
-from ..model.layers import CHUNKED, FULL, INDEXED, NONE, RECURRENT, SLIDING
+from ..model.layers import CHUNKED, COMPRESSED, FULL, INDEXED, NONE, RECURRENT, SLIDING
 from ..model.linear import packed_linears
-from ..model.recurrent import state_layers, stepping, windowed_state_layers
+from ..model.recurrent import state_layers, stepping
 from ..model.static import static_mode
 from ..verify.batch import DraftBatch, Verdict
 from ..verify.rules import argmax_rows, by_row
@@ -44,29 +49,45 @@ logger = logging.getLogger("lookahead.serve")
 
 
 def check_servable(model) -> ModelFacts:
-    """The model's facts, or ValueError when the engine cannot batch it: its layers must attend to full or
-    windowed spans of a KV cache (sliding windows and chunks get masks by position, as in `generate`; GPT-Neo's bands
-    of slots by position too, `model.local`; ALiBi biases from each row's mask, not one line of slots for every row),
-    or keep recurrent states lookahead follows (each joined row its own, `recurrent.Checkpoints`).
+    """The model's facts, or ValueError when the engine cannot serve it: its layers must attend to full or windowed
+    spans of a KV cache (sliding windows and chunks get masks by position, as in `generate`; GPT-Neo's bands of slots
+    by position too, `model.local`; ALiBi biases from each row's mask, or from slots with each row alone), compressed
+    spans (DeepSeek-V4, each row alone: `facts.rows_apart`), or keep recurrent states lookahead follows (each joined
+    row its own, `recurrent.Checkpoints`).
 
     Raises:
-        ValueError: an encoder-decoder, or layers of another kind (recurrent ones not followed, MPT's ALiBi from
-            slots, ...), named.
+        ValueError: an encoder-decoder, or layers of another kind (recurrent ones not followed, ...), named.
     """
     facts = ModelFacts.of(model)
     if facts.encoder_decoder:
         raise ValueError(f"lookahead serve runs decoder-only models; {facts.name} is an encoder-decoder")
-    if facts.recurrent == "" and windowed_state_layers(model):
-        raise ValueError(f"lookahead serve cannot batch {facts.name}: its layers that keep recurrent states cut their "
-                         f"sliding window by cache slot, which joined rows' slots move away from; use "
-                         f"lookahead.generate one row at a time")
-    followed = (FULL, SLIDING, CHUNKED, INDEXED, NONE) + ((RECURRENT,) if facts.recurrent == "" else ())
+    followed = (FULL, SLIDING, CHUNKED, INDEXED, COMPRESSED, NONE) + ((RECURRENT,) if facts.recurrent == "" else ())
     other = sorted({layer.name for layer in facts.layers if layer.kind not in followed})
-    if other or facts.alibi == "slots":
-        what = ", ".join(other) or "ALiBi (one bias line for every row, from cache slots)"
-        raise ValueError(f"lookahead serve batches full-attention, sliding-window and chunked layers only; "
-                         f"{facts.name} has {what} layers")
+    if other:
+        raise ValueError(f"lookahead serve batches full-attention, sliding-window, chunked and compressed layers and "
+                         f"the recurrent layers lookahead follows; {facts.name} has {', '.join(other)} layers")
     return facts
+
+
+def tree_refusal(facts: ModelFacts) -> str | None:
+    """Why a request's `lookahead.draft='tree'` cannot be verified on this model (one state along one sequence of
+    tokens), or None."""
+    if facts.recurrent == "":
+        return "its recurrent layers carry one state along one sequence of tokens"
+    if any(layer.kind == COMPRESSED for layer in facts.layers):
+        return "its compressed attention folds a row's tokens in order, a window at a time, into one entry"
+    return None
+
+
+@dataclass
+class Batch:
+    """Rows that step together: one forward over one cache (`target`) verifies them all."""
+
+    target: object  # ServingLM, or StaticServingLM (its rows come and go in slots of their own)
+    rows: list = field(default_factory=list)  # in the cache's row order
+    last: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # [b] each row's newest token,
+    # not yet in the cache
+    settled: bool = False  # no row joined or left since the last step (a step after is not timed: StepTimes)
 
 
 class Engine:
@@ -93,7 +114,8 @@ class Engine:
     def __init__(self, model, memory=None, metrics=None, draft_cost=None, cache_implementation=None,
                  max_model_len=None):
         self.model, self.facts, self.memory, self.metrics = model, check_servable(model), memory, metrics
-        self.static = _static(model, self.facts, cache_implementation)  # (graphs, compile_config) or None
+        self.apart = rows_apart(self.facts, model)  # why each row is a batch of its own, or None: one batch
+        self.static = _static(model, self.facts, cache_implementation, self.apart)  # (graphs, compile_config) or None
         self.limit = self.facts.positions  # the most tokens of a request, prompt and answer (None: no limit)
         if self.static is not None:
             self.limit = min(self.facts.positions or MAX_MODEL_LEN, MAX_MODEL_LEN) if max_model_len is None \
@@ -112,17 +134,24 @@ class Engine:
         if isinstance(self.chain_cost, CostCurve):
             self.pads = self.chain_cost.pads_within(self.num_draft_tokens)
         self.pending: queue.Queue = queue.Queue()
-        self.rows: list = []  # the running batch's rows, in its order
-        self.target = None  # ServingLM of the running batch
-        self.last = np.zeros(0, dtype=np.int64)  # [b] each row's newest token, not yet in the cache
+        self.batches: list = []  # the running `Batch`es: one, or (`apart`) one a row
         self.stats = GenerationStats()  # forwards, for the metrics
         self.freed = 0  # cancelled rows dropped from the batch (or never prefilled)
         self.peak = 0  # most rows a step has verified together
-        self.settled = False  # no row joined or left since the last step (a step after is not timed: StepTimes)
         self._stop = threading.Event()
         context = contextvars.copy_context()  # the loop runs in its creator's context (the kernels' tier: `_jit`)
         self._thread = threading.Thread(target=context.run, args=(self._run,), name="lookahead-engine", daemon=True)
         self.error: BaseException | None = None
+
+    @property
+    def rows(self) -> list:
+        """The running rows, batch after batch."""
+        return [row for batch in self.batches for row in batch.rows]
+
+    @property
+    def target(self):
+        """The running batch's cache (`ServingLM`, `StaticServingLM`), or None; with rows apart, the first one's."""
+        return self.batches[0].target if self.batches else None
 
     def start(self) -> "Engine":
         self._thread.start()
@@ -165,18 +194,20 @@ class Engine:
 
     def _turn(self) -> None:
         """One turn of the loop. A step that fails ends the rows of its batch with an error (their clients hear
-        of it) and the loop goes on with the rows that arrive next."""
-        try:
-            with tier(SERVED):  # numba's kernels, or their Python twins while numba compiles them (`lookahead.runtime.jit`)
-                self._admit()
-                self._drop([row.cancelled or row.done for row in self.rows])
-                if self.rows:
-                    self._step()
-        except Exception:  # noqa: BLE001: one batch's failure must not stop the server
-            logger.exception("lookahead serve: a step failed; its rows end with an error")
-            for row in self.rows:
-                row.close("error")
-            self._release()
+        of it) and the loop goes on with the other batches' rows and the rows that arrive next."""
+        with tier(SERVED):  # numba's kernels, or their Python twins while numba compiles them (`lookahead.runtime.jit`)
+            self._admit()
+            for batch in list(self.batches):
+                try:
+                    self._drop(batch, [row.cancelled or row.done for row in batch.rows])
+                    if batch.rows:
+                        self._step(batch)
+                except Exception:  # noqa: BLE001: one batch's failure must not stop the server
+                    logger.exception("lookahead serve: a step failed; its rows end with an error")
+                    for row in batch.rows:
+                        row.close("error")
+                    if batch in self.batches:
+                        self._release(batch)
         self._gauge()
 
     def _admit(self) -> None:
@@ -205,9 +236,9 @@ class Engine:
         row.start(self.memory, self.chain_cost, self.sampling_cost, self.num_draft_tokens, self.facts.device)
         prompt = torch.from_numpy(row.prompt)[None].to(self.facts.device)
         if self.static is not None:  # into the one-row state, joined below
-            if self.target is None:
-                self.target = StaticServingLM(self.model, self.facts, self.limit, *self.static,
-                                              prefill=self._prefill_state)
+            if not self.batches:
+                self.batches.append(Batch(StaticServingLM(self.model, self.facts, self.limit, *self.static,
+                                                          prefill=self._prefill_state)))
                 self._prefill_state = self.target.pre
             one = self.target
             logits = one.prefill_row(prompt, self.stats)[0, -1:]  # [1, V]
@@ -226,17 +257,20 @@ class Engine:
                 one.close()  # its hooks (recurrent states) leave the model with it
             return
         if self.static is not None:
-            self.target.join()
-        elif self.target is None:
-            self.target = one
+            batch = self.batches[0]
+            batch.target.join()
+        elif self.apart is not None or not self.batches:
+            batch = Batch(one)
+            self.batches.append(batch)
         else:
-            self.target.join(one)
-        self.settled = False
-        self.rows.append(row)
-        self.last = np.append(self.last, token)
+            batch = self.batches[0]
+            batch.target.join(one)
+        batch.settled = False
+        batch.rows.append(row)
+        batch.last = np.append(batch.last, token)
 
-    def _step(self) -> None:
-        rows, target = self.rows, self.target
+    def _step(self, batch: Batch) -> None:
+        rows, target = batch.rows, batch.target
         b = len(rows)
         self.peak = max(self.peak, b)
         target.pads = self.pads if b == 1 else None  # where a wider forward costs less (measured at batch 1)
@@ -253,23 +287,23 @@ class Engine:
             for row, draft in zip(rows, drafts):
                 if not len(draft):
                     row.watch()
-        batch = DraftBatch.pack(drafts, all(row.chain for row in rows))
+        drafted = DraftBatch.pack(drafts, all(row.chain for row in rows))
         start = time.perf_counter()
-        logits = target.verify(self.last, batch, self.stats)  # [b, N+1, V]
-        verdict = self._accept(rows, batch, logits)
-        if self.settled:
-            self.times.record(b, batch.width, time.perf_counter() - start, b + int(verdict.counts.sum()))
-        self.settled = True
-        target.commit(batch, verdict)
+        logits = target.verify(batch.last, drafted, self.stats)  # [b, N+1, V]
+        verdict = self._accept(rows, drafted, logits)
+        if batch.settled:
+            self.times.record(b, drafted.width, time.perf_counter() - start, b + int(verdict.counts.sum()))
+        batch.settled = True
+        target.commit(drafted, verdict)
         if self.metrics is not None:
             self.metrics.forwards.inc()
-        gained, paths = verdict.gained(batch), _paths(verdict)
+        gained, paths = verdict.gained(drafted), _paths(verdict)
         done = []
         for i, (row, draft) in enumerate(zip(rows, drafts)):
             row.learn(draft, paths[i])
-            self.last[i] = gained[i][-1]
+            batch.last[i] = gained[i][-1]
             done.append(row.advance(gained[i]))
-        self._drop(done)
+        self._drop(batch, done)
 
     def _width(self, rows: list, budgets: list, fill: int):
         """The most draft tokens a greedy row verifies in this step: the width with the most tokens expected per unit
@@ -293,28 +327,28 @@ class Engine:
         greedy = np.array([i for i, row in enumerate(rows) if row.sampling.greedy], dtype=np.int64)
         return by_row(batch, logits, greedy, lambda i: rows[i].pick(logits[i], batch.drafts[i]))
 
-    def _drop(self, done: list) -> None:
+    def _drop(self, batch: Batch, done: list) -> None:
         """Remove the done and cancelled rows from the batch (and its cache)."""
         if not any(done):
             return
-        for row, d in zip(self.rows, done):
+        for row, d in zip(batch.rows, done):
             if d:
                 if row.cancelled and not row.done:
                     self.freed += 1
                 self._finished(row, row.finish or "cancelled")
         keep = [i for i, d in enumerate(done) if not d]
         if not keep:
-            self._release()
+            self._release(batch)
             return
-        self.target.keep(keep)
-        self.rows, self.last = [self.rows[i] for i in keep], self.last[keep]
-        self.settled = False
+        batch.target.keep(keep)
+        batch.rows, batch.last = [batch.rows[i] for i in keep], batch.last[keep]
+        batch.settled = False
 
-    def _release(self) -> None:
-        """The batch is over: no rows, no target (whose hooks leave the model)."""
-        if self.target is not None:
-            self.target.close()
-        self.rows, self.target, self.last = [], None, self.last[:0]
+    def _release(self, batch: Batch | None = None) -> None:
+        """A batch is over (None: every batch): no rows, no target (whose hooks leave the model)."""
+        for over in [batch] if batch is not None else list(self.batches):
+            over.target.close()
+            self.batches.remove(over)
 
     def _finished(self, row, finish: str) -> None:
         """Close a row, remember it (the memory), count it, log what it drafted."""
@@ -332,18 +366,24 @@ class Engine:
 MAX_MODEL_LEN = 4096  # the static cache's tokens per row when max_model_len is not given and the model allows more
 
 
-def _static(model, facts: ModelFacts, cache_implementation) -> tuple | None:
+def _static(model, facts: ModelFacts, cache_implementation, apart: str | None) -> tuple | None:
     """(graphs, compile_config) of a static cache, or None for the dynamic cache: as `generate` chooses for
     `cache_implementation` (`static.static_mode`).
 
     Raises:
         ValueError: an unknown cache_implementation, or "static" for a model whose layers keep recurrent states
-            (served from the dynamic cache, each row its own state)."""
+            (served from the dynamic cache, each row its own state) or whose rows cannot share a cache (`apart`:
+            each row its own dynamic cache)."""
     if cache_implementation not in (None, "static", "dynamic"):
         raise ValueError(f"cache_implementation must be 'static', 'dynamic' or None, not {cache_implementation!r}")
     mode = static_mode(facts, types.SimpleNamespace(cache_implementation=cache_implementation))
     if mode is None:
         return None
+    if apart is not None:
+        if cache_implementation is None:
+            return None
+        raise ValueError(f"cache_implementation='static': lookahead serve runs each row of {facts.name} in a dynamic "
+                         f"cache of its own ({apart}); leave cache_implementation unset")
     if facts.recurrent == "" and state_layers(model):
         if cache_implementation is None:
             return None

@@ -10,6 +10,7 @@ call spent taking checkpoints and settling recurrent states on the accepted path
     python benchmarks/hybrid.py --shape recurrent_gemma               # Griffin blocks (RecurrentGemma) instead
     python benchmarks/hybrid.py --shape deepseek_v4                   # DeepSeek-V4's compressed attention
     python benchmarks/hybrid.py --shape xlstm                         # xLSTM (mLSTM layers only) against a Llama
+    python benchmarks/hybrid.py --shape rwkv                          # RWKV (its `state`, no cache) against a Llama
     python benchmarks/hybrid.py --cache static                        # lookahead on the static cache (eager)
 
 Each trace runs greedy and lookahead in turn, on both models, so drift in the machine's speed falls on all alike.
@@ -39,6 +40,8 @@ def model(kind: str, layers: int, shape: str = "qwen3_5"):
         return deepseek_v4(kind, layers)
     if shape == "xlstm":
         return xlstm(kind, layers)
+    if shape == "rwkv":
+        return rwkv(kind, layers)
     from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
 
     types = ["linear_attention", "linear_attention", "linear_attention", "full_attention"] * (layers // 4)
@@ -86,6 +89,20 @@ def xlstm(kind: str, layers: int):
     config = xLSTMConfig(vocab_size=VOCAB, hidden_size=1024, num_hidden_layers=layers, num_heads=8, qk_dim_factor=1.0,
                          bos_token_id=EOS, eos_token_id=EOS, pad_token_id=EOS)
     return xLSTMForCausalLM(config).eval()
+
+
+def rwkv(kind: str, layers: int):
+    """A random RWKV of hidden 1024 (time mixing of 1024, channel mixing of 4096: about a Llama's parameters per
+    block), or a Llama of the same hidden size, layers and a feed-forward of 2752 ("attention")."""
+    from transformers import RwkvConfig, RwkvForCausalLM
+
+    if kind == "attention":
+        return xlstm(kind, layers)
+    torch.manual_seed(0)
+    config = RwkvConfig(vocab_size=VOCAB, hidden_size=1024, attention_hidden_size=1024, intermediate_size=4096,
+                        num_hidden_layers=layers, context_length=4096, bos_token_id=EOS, eos_token_id=EOS,
+                        pad_token_id=EOS)
+    return RwkvForCausalLM(config).eval()
 
 
 def griffin(kind: str, layers: int):
@@ -179,9 +196,10 @@ def main(argv=None) -> None:
     parser.add_argument("--layers", type=int, default=4, help="layers, a multiple of 4 (default 4)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
     parser.add_argument("--data-dir", default=None, help="../shared/data by default")
-    parser.add_argument("--shape", default="qwen3_5", choices=("qwen3_5", "recurrent_gemma", "deepseek_v4", "xlstm"),
-                        help="the hybrid's recurrent layers: gated delta nets (qwen3_5, default), Griffin blocks, or "
-                             "DeepSeek-V4's compressed attention against its sliding window alone")
+    parser.add_argument("--shape", default="qwen3_5", choices=("qwen3_5", "recurrent_gemma", "deepseek_v4", "xlstm", "rwkv"),
+                        help="the hybrid's recurrent layers: gated delta nets (qwen3_5, default), Griffin blocks, "
+                             "DeepSeek-V4's compressed attention against its sliding window alone, or xLSTM's and "
+                             "RWKV's recurrent blocks against a Llama")
     parser.add_argument("--cache", default=None, choices=("static",),
                         help="lookahead's cache_implementation (default: the dynamic cache; greedy keeps its own)")
     args = parser.parse_args(argv)

@@ -8,12 +8,13 @@ from .model.cache import FOLLOWED_CACHES
 from .model.facts import ModelFacts, forward_parameters, rows_apart, takes_keywords  # noqa: F401 (rows_apart:
 # re-exported for generate)
 from .model.layers import COMPRESSED, KNOWN, NONE, RECURRENT, state_space
+from .model.rwkv import is_rwkv
 
 
 def check_model(model, fallback: bool = False) -> str | None:
     """Raise TypeError unless `model` is a Hugging Face LM (causal or encoder-decoder) that decodes with a KV cache.
-    With `fallback`, a transformers-style LM that keeps no KV cache (RWKV's state, GPT-1, XLNet's memories: its
-    forward takes **kwargs) is not refused: returns why lookahead cannot draft on it (`lookahead.generate` then runs
+    RWKV's `state` stands for a KV cache (its states are followed: `model.rwkv`). With `fallback`, a
+    transformers-style LM that keeps no KV cache (GPT-1, XLNet's memories: its forward takes **kwargs) is not refused: returns why lookahead cannot draft on it (`lookahead.generate` then runs
     model.generate's own decoding, `decode.fallback`); else None."""
     from transformers import PreTrainedModel
 
@@ -25,7 +26,8 @@ def check_model(model, fallback: bool = False) -> str | None:
             f"model must be a causal language model with an LM head (AutoModelForCausalLM), got {name}"
         )
     params, reason = forward_parameters(model), None
-    if not {"cache", "past_key_values"} & params or not ("use_cache" in params or takes_keywords(model)):
+    cache = {"cache", "past_key_values"} & params or ("state" in params and is_rwkv(model))
+    if not cache or not ("use_cache" in params or takes_keywords(model)):
         if not (fallback and takes_keywords(model)):
             raise TypeError(f"model must accept a KV cache (cache= or past_key_values=) and use_cache to decode with "
                             f"a KV cache; {name} does not")
@@ -92,6 +94,7 @@ def check_recurrent(facts: ModelFacts, draft: str, config, model, rows: int = 1)
 
     why = ("its recurrent blocks keep their states on the modules" if griffin_blocks(model)
            else f"its recurrent states live in a cache of its own ({facts.own_cache})" if facts.own_cache
+           else "its blocks keep their states in the state its forward takes, not a cache" if facts.kv == "state"
            else "its layers keep recurrent states beside a sliding window that only their own cache layers apply"
            if windowed_state_layers(model) else None)
     if why is not None:

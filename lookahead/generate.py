@@ -140,9 +140,8 @@ def generate(
 
     Warns:
         FallbackWarning: lookahead cannot draft over the model's layers yet (recurrent layers it does not follow,
-            compressed attention, a cache class of the model's own, no KV cache at all: RWKV, GPT-1, XLNet): the call
-            ran model.generate's own decoding
-            (the same tokens, no speedup) and `stats.fallback` says why (`lookahead.decode.fallback`).
+            a cache class of the model's own, no KV cache at all: GPT-1, XLNet): the call ran model.generate's own
+            decoding (the same tokens, no speedup) and `stats.fallback` says why (`lookahead.decode.fallback`).
 
     Example:
         >>> out = generate(model, tok("def f(x):", return_tensors="pt").input_ids, max_new_tokens=64)

@@ -212,7 +212,8 @@ REFUSALS = [
     ("recurrent state held elsewhere", ("static",), r"cache_implementation='static' is not supported for .*: (its "
                                                    r"recurrent blocks keep their states on the modules|its recurrent "
                                                    r"states live in a cache of its own|its layers keep recurrent "
-                                                   r"states beside a sliding window)"),
+                                                   r"states beside a sliding window|its blocks keep their states "
+                                                   r"in the state its forward takes)"),
     ("window its masks ignore", ("static",), r"names a window of \d+ tokens that its forward's attention masks do "
                                              r"not apply"),
     ("compressed", ("suffix_tree", "recycle_tree"), r"draft='tree' is not supported for .*: its compressed attention"),
@@ -235,8 +236,6 @@ FALLBACKS = [
     ("own cache class", r"keeps its state in a cache of its own"),
 ]
 KNOWN_FAILURES = {  # (family, call) -> why it fails for now: xfail, not strict
-    ("rwkv", "batch"): "the fallback runs transformers' own generate, whose left-padded batch differs from the short "
-                       "row alone (RWKV's state reads the padding)",
     ("xlnet", "batch"): "the fallback runs transformers' own generate, whose left-padded batch differs from the short "
                         "row alone",
 }
@@ -251,16 +250,20 @@ def features(model) -> set:
     from lookahead.model.recurrent import windowed_state_layers
     from lookahead.model.layers import COMPRESSED, KNOWN, NONE, RECURRENT, LayerKinds, check_windows_in_masks
 
-    found = set()
-    if not {"cache", "past_key_values"} & forward_parameters(model):
+    from lookahead.model.rwkv import is_rwkv
+
+    found, params = set(), forward_parameters(model)
+    if not ({"cache", "past_key_values"} & params or ("state" in params and is_rwkv(model))):  # RWKV's `state`
         return {"no KV cache"}
     facts = ModelFacts.of(model)
     kinds = [layer.kind for layer in facts.layers if layer.kind != NONE]
     own = facts.own_cache if facts.own_cache not in FOLLOWED_CACHES else None  # MiniMax's is followed
     if RECURRENT in kinds and not own:  # a cache of its own is refused for that
         found.add("unfollowed recurrent" if facts.recurrent else "recurrent")
-        if not facts.recurrent and (griffin_blocks(model) or facts.own_cache or windowed_state_layers(model)):
-            found.add("recurrent state held elsewhere")  # on the modules, in a cache of its own, beside a window
+        if not facts.recurrent and (griffin_blocks(model) or facts.own_cache or windowed_state_layers(model)
+                                    or facts.kv == "state"):
+            found.add("recurrent state held elsewhere")  # on the modules, in a cache of its own, beside a window,
+            # in RWKV's `state`
         if not facts.recurrent and windowed_state_layers(model):
             found.add("recurrent window by slot")
     if any(kind not in KNOWN for kind in kinds):

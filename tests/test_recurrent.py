@@ -21,7 +21,7 @@ from lookahead.model.cache import new_cache
 # Inkling's short convolutions in sliding-window layers, Qwen4-Exp's gated delta nets beside an indexer that reads its
 # keys' positions from the cache, xLSTM's mLSTM states in a cache of its own
 KINDS = ["qwen3_5_text", "nemotron_h", "granitemoehybrid", "mamba", "lfm2", "falcon_h1", "kimi_linear", "minimax",
-         "recurrent_gemma", "zaya", "inkling_text", "qwen4_exp_text", "xlstm"]
+         "recurrent_gemma", "zaya", "inkling_text", "qwen4_exp_text", "xlstm", "rwkv"]
 
 
 def _model(name):
@@ -45,12 +45,14 @@ def test_several_tokens_continue_a_cached_state(name):
     the logits that one-token forwards give (model.generate's decoding, which for some families differs from one
     forward over the whole text): what a verification forward and the next step rely on. The modules in `STEPPED`
     run a token at a time there; the others continue the state themselves."""
+    from lookahead.model.facts import cache_kwarg
+
     model = _model(name)
-    ids = F.prompt(60)
+    ids, kv = F.prompt(60), cache_kwarg(model)  # RWKV: its `state`
 
     def forward(cache, start, end):  # positions given, as lookahead gives them (not read from the cache's length)
         positions = torch.arange(start, end)[None]
-        return model(ids[:, start:end], cache=cache, use_cache=True, position_ids=positions).logits[0]
+        return model(ids[:, start:end], **{kv: cache}, use_cache=True, position_ids=positions).logits[0]
 
     with torch.no_grad(), recurrent.stepping(model):
         for width in (3, 7):
@@ -78,7 +80,7 @@ def test_partly_accepted_drafts_give_generate_tokens(name):
 
 
 @pytest.mark.parametrize("name", ["qwen3_5_text", "nemotron_h", "lfm2", "recurrent_gemma", "zaya", "qwen4_exp_text",
-                                  "xlstm"])
+                                  "xlstm", "rwkv"])
 def test_a_padded_batch_settles_each_row_on_its_own_path(name):
     """Two left-padded rows of different lengths, each drafting from its own corrupted document, accept different
     numbers of drafts per step: each row equals model.generate on its own prompt."""
@@ -198,6 +200,11 @@ def test_sampling_from_a_hybrid_keeps_the_target_law():
     ("xlstm", {"cache_implementation": "static"},
      r"cache_implementation='static' is not supported for xLSTMForCausalLM: its recurrent states live in a cache of "
      r"its own \(xLSTMCache\)"),
+    ("rwkv", {"cache_implementation": "static"},
+     r"cache_implementation='static' is not supported for RwkvForCausalLM: its blocks keep their states in the state "
+     r"its forward takes"),
+    ("rwkv", {"lookup": "suffix", "draft": "tree"},
+     r"draft='tree' is not supported for RwkvForCausalLM: its recurrent layers carry one state"),
 ])
 def test_what_a_state_cannot_follow_is_refused_by_name(name, kwargs, message):
     """A tree asked of a hybrid, a compiled static step, and the static cache where the states are not transformers'
@@ -234,7 +241,7 @@ def test_a_window_cut_by_slot_beside_recurrent_states_runs_batches_a_row_at_a_ti
     assert "cut their sliding window by cache slot" in Engine(model, draft_cost=0).apart  # served a row apart
 
 
-STATIC = [k for k in KINDS if k not in ("minimax", "recurrent_gemma", "inkling_text", "xlstm")] + ["mamba2", "qwen3_next",
+STATIC = [k for k in KINDS if k not in ("minimax", "recurrent_gemma", "inkling_text", "xlstm", "rwkv")] + ["mamba2", "qwen3_next",
                                                                                          "zamba2"]
 
 
@@ -338,14 +345,14 @@ def test_the_model_is_left_as_it_was():
 
 
 def test_layers_not_drafted_over_fall_back_to_model_generate_and_say_why():
-    """A model lookahead cannot draft over (RWKV: its state is no KV cache to roll back) is not refused: the call runs
+    """A model lookahead cannot draft over (XLNet: its memories are no KV cache to roll back) is not refused: the call runs
     model.generate's own decoding (its greedy tokens, a fixed seed's sample), warns with the reason, and its stats say
     so; the plugin path (transformers calling lookahead's loop) still refuses, with the reason."""
     from lookahead.decode.fallback import FallbackWarning
 
-    model = _model("rwkv")
+    model = _model("xlnet")
     ids = F.prompt()
-    reason = r"RwkvForCausalLM keeps no KV cache that lookahead can roll back"
+    reason = r"XLNetLMHeadModel keeps no KV cache that lookahead can roll back"
     with pytest.warns(FallbackWarning, match=reason):
         out, stats = lookahead.generate(model, ids, max_new_tokens=12, min_new_tokens=12, return_stats=True)
     assert out[0, ids.shape[1]:].tolist() == F.reference(model, ids, 12).tolist()

@@ -424,7 +424,7 @@ def served_family(name: str, least: int | None = None, cache_implementation: str
 
 
 @pytest.mark.parametrize("name", ["qwen3_5_text", "lfm2", "mamba2", "minimax", "recurrent_gemma", "zaya",
-                                  "qwen4_exp_text", "xlstm"])
+                                  "qwen4_exp_text", "xlstm", "rwkv"])
 def test_recurrent_models_serve_each_joined_row_on_its_own_state(name):
     """A hybrid (gated delta net beside attention, short convolutions beside attention; RecurrentGemma, whose blocks
     hold their states on the modules: each batch keeps its own between forwards, a joining row's prefill leaves them

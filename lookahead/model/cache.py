@@ -12,7 +12,7 @@ import torch
 from transformers import DynamicCache, EncoderDecoderCache
 
 from .compressed import compressed_layers, is_compressed
-from . import xlstm
+from . import rwkv, xlstm
 from .recurrent import LinearAttentionCacheLayerMixin, recurrent_layers, select_state_rows
 
 FOLLOWED_CACHES = ("MiniMaxCache", "xLSTMCache")  # caches of a model's own whose states lookahead follows
@@ -81,6 +81,8 @@ def new_cache(model, rows: int = 1) -> DynamicCache:
     if getattr(model.config, "is_encoder_decoder", False):
         config = model.config.get_text_config(decoder=True)
         return EncoderDecoderCache(DynamicCache(config=config), DynamicCache(config=config))
+    if rwkv.is_rwkv(model):  # no cache: its `state` (`rwkv.py`)
+        return rwkv.new_state(model, rows)
     own = own_cache_class(model)
     if own is not None and own.__name__ == "xLSTMCache":  # states sized by the batch (`xlstm.py`)
         weight = next(model.parameters())
@@ -129,6 +131,8 @@ def _grow_in_place(cache) -> None:
 def rollback(cache, keep: int, length: int | None = None) -> None:
     """Cut the cache back to its first `keep` slots (drops the keys/values of rejected drafts); `length`: the slots
     it holds, when the caller knows them."""
+    if rwkv.keeps_rwkv_state(cache):  # no slots, no count: its states are settled (`rwkv.RwkvStates`)
+        return
     if xlstm.keeps_rnn_state(cache):  # no slots: its states are settled (`xlstm.LayerStates`), its count cut
         cache.seqlen_offset -= (int(cache.seqlen_offset) if length is None else length) - keep
         return
@@ -203,8 +207,8 @@ def _each_indexer(layer, change, other=None) -> None:
 
 def select_rows(cache, rows: torch.Tensor) -> None:
     """Keep only the batch rows `rows` (a 1-D LongTensor of row indices) in the cache."""
-    if xlstm.keeps_rnn_state(cache):
-        xlstm.select_rows(cache, rows)
+    if xlstm.keeps_rnn_state(cache) or rwkv.keeps_rwkv_state(cache):
+        (rwkv if rwkv.keeps_rwkv_state(cache) else xlstm).select_rows(cache, rows)
         return
     if not recurrent_layers(cache):
         cache.batch_select_indices(rows)
@@ -223,9 +227,9 @@ def join_rows(cache, other, pad: int, other_pad: int) -> None:
     Recurrent states are stacked as they are (they hold no slots).
 
     Both caches hold the layers of one model: full-attention or windowed (`GrowingLayer` or transformers'
-    `DynamicLayer`), recurrent, or both in one layer; or xLSTM's states."""
-    if xlstm.keeps_rnn_state(cache):
-        xlstm.join_rows(cache, other)
+    `DynamicLayer`), recurrent, or both in one layer; or xLSTM's or RWKV's states."""
+    if xlstm.keeps_rnn_state(cache) or rwkv.keeps_rwkv_state(cache):
+        (rwkv if rwkv.keeps_rwkv_state(cache) else xlstm).join_rows(cache, other)
         return
     for j, state in enumerate(getattr(cache, "linear_cache", ())):  # MiniMax's linear attention states
         if isinstance(state, torch.Tensor):
@@ -260,7 +264,7 @@ def _join_states(layer, extra) -> None:
 
 def drop_leading(cache, n: int) -> None:
     """Drop the first `n` slots of every layer (slots that no row sees any more, after rows left the batch)."""
-    if xlstm.keeps_rnn_state(cache):  # no slots
+    if xlstm.keeps_rnn_state(cache) or rwkv.keeps_rwkv_state(cache):  # no slots
         return
     for layer in cache.layers:
         if getattr(layer, "keys", None) is None or (isinstance(layer, LinearAttentionCacheLayerMixin)

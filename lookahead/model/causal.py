@@ -26,6 +26,7 @@ from .griffin import BlockStates, griffin_blocks
 from .local import by_position
 from .recurrent import Checkpoints, close_states, keeps_states
 from .static import prompt_positions, prompt_sources
+from .rwkv import RwkvStates, keeps_rwkv_state
 from .xlstm import LayerStates, keeps_rnn_state
 
 
@@ -63,6 +64,7 @@ class CausalLM:
         self.states = BlockStates(model) if griffin_blocks(model) else \
             Checkpoints(model, self.cache) if keeps_states(self.cache) else \
             LayerStates(model, self.cache) if keeps_rnn_state(self.cache) else \
+            RwkvStates(model, self.cache) if keeps_rwkv_state(self.cache) else \
             CompressedStates(model, self.cache) if compressed_layers(self.cache) else None
         self.band = self.kinds.by_slot  # GPT-Neo's window of slots: its layers read bands by position (`local.py`)
         self.attends = not state_space(facts.layers)  # a state-space model takes no mask after its prefill (some
@@ -143,16 +145,19 @@ class CausalLM:
 
     def _prefill(self) -> torch.Tensor:
         """The prompts' forward: logits [b, P or 1, V]."""
-        if keeps_rnn_state(self.cache) and len(self.pos) > 1 and not bool(self.mask.bool().all()):
+        alone = keeps_rnn_state(self.cache) or keeps_rwkv_state(self.cache)  # states that read every token
+        one = keeps_rwkv_state(self.cache) and self.width == 1  # RWKV's one-token forward mixes a batch's rows
+        if alone and len(self.pos) > 1 and (one or not bool(self.mask.bool().all())):
             return self._prefill_alone()
         positions = prompt_positions(self.mask)
+        mask = None if keeps_rwkv_state(self.cache) else self.mask  # RWKV takes none (and says so)
         with by_position(self.model, positions, positions, self.band) if self.band else contextlib.nullcontext():
-            return self.model(input_ids=self.input_ids, attention_mask=self.mask, position_ids=positions,
+            return self.model(input_ids=self.input_ids, attention_mask=mask, position_ids=positions,
                               **{self.facts.kv: self.cache}, use_cache=True, **self.facts.last_logits_only()).logits
 
     def _prefill_alone(self) -> torch.Tensor:
-        """A left-padded batch of a model whose states read every token (xLSTM's take no mask: transformers' own
-        padded batch runs its padding into them): each row's prompt alone, without its padding, their states
+        """A left-padded batch of a model whose states read every token (xLSTM's and RWKV's take no mask:
+        transformers' own padded batch runs its padding into them): each row's prompt alone, without its padding, their states
         stacked; the logits [b, 1, V] after each."""
         logits, caches = [], []
         for ids, mask in zip(self.input_ids, self.mask):
@@ -172,6 +177,8 @@ class CausalLM:
         device, width = self._slots.device, batch.width
         if batch.chain and self.padded(width) > width:
             batch = batch.widened(self.padded(width))
+        elif width == 0 and len(last) > 1 and keeps_rwkv_state(self.cache):  # RWKV's one-token forward mixes the
+            batch = batch.widened(1)  # rows of a batch (its decode path broadcasts [b, H] shifts over [b, 1, H])
         tokens, positions, mask = self._chain_inputs(last, batch) if batch.chain else self._tree_inputs(last, batch)
         if self.kinds.windowed:
             mask = self._layer_masks(mask, positions)

@@ -10,6 +10,7 @@ import torch
 
 from .layers import COMPRESSED, RECURRENT, layer_kinds, own_cache, smallest_window
 from .recurrent import unsupported, windowed_state_layers
+from .rwkv import is_rwkv
 
 _PARAMETERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # forward function -> its parameter names
 
@@ -69,8 +70,11 @@ def _recurrent(model, layers) -> str | None:
 
 def cache_kwarg(model) -> str:
     """The keyword a model's forward takes its KV cache by: "cache" (transformers 5.24 on; `past_key_values` is
-    deprecated there), else "past_key_values"."""
-    return "cache" if "cache" in forward_parameters(model) else "past_key_values"
+    deprecated there), else "past_key_values"; RWKV's "state" (`rwkv.py`)."""
+    params = forward_parameters(model)
+    if "cache" not in params and "past_key_values" not in params and "state" in params and is_rwkv(model):
+        return "state"
+    return "cache" if "cache" in params else "past_key_values"
 
 
 def takes_keywords(model) -> bool:

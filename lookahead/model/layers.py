@@ -175,8 +175,11 @@ def layer_kinds(model) -> tuple:
         >>> [(layer.kind, layer.window) for layer in layer_kinds(gemma3)][:2]
         [('sliding_attention', 512), ('sliding_attention', 512)]
     """
+    from .rwkv import is_rwkv, rwkv_blocks
     from .xlstm import mlstm_layers
 
+    if is_rwkv(model):  # its blocks keep states in the `state` its forward takes (`rwkv.py`), no KV cache
+        return tuple(Layer(RECURRENT, "rwkv") for _ in rwkv_blocks(model))
     if own_cache(model) == "xLSTMCache":  # its layers keep states in its own cache, which transformers' layer types
         # do not show (its config names none: they read as full attention)
         return tuple(Layer(RECURRENT, "mlstm") for _ in mlstm_layers(model))

@@ -34,6 +34,7 @@ from transformers.cache_utils import CacheLayerMixin
 
 from . import delta
 from .griffin import griffin_blocks
+from .rwkv import is_rwkv
 from .xlstm import mlstm_layers
 
 try:
@@ -121,6 +122,8 @@ def unsupported(model) -> str | None:
         if griffin_blocks(model):  # RecurrentGemma: states on its blocks (`griffin.BlockStates`)
             return None
         if mlstm_layers(model):  # xLSTM: states in its own cache (`xlstm.LayerStates`)
+            return None
+        if is_rwkv(model):  # RWKV: states in the `state` its forward takes (`rwkv.RwkvStates`)
             return None
         return "no module of its own reads the recurrent states from transformers' cache"
     for module in modules:

@@ -296,6 +296,39 @@ def test_serve_is_a_subcommand(cli):
     assert status == 0 and "--memory" in out and "--replicas" in out
 
 
+def test_the_console_server_answers_and_stops_on_sigterm(reference):
+    """`lookahead serve` in a process of its own (its decoding loop on the thread that loaded the model, uvicorn in
+    another: `Engine.run`) answers a real client with greedy's text and stops cleanly on SIGTERM, as on Ctrl-C."""
+    import signal
+    import socket
+    import subprocess
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "lookahead", "serve", "--port", str(port), "--threads", "1"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+
+        def up() -> bool:
+            try:
+                return httpx.get(url + "/v1/models", timeout=2).status_code == 200
+            except httpx.HTTPError:
+                return proc.poll() is not None
+
+        assert _wait_for(up, 120) and proc.poll() is None, proc.stderr.read() if proc.poll() is not None else ""
+        c = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=120)
+        done = c.completions.create(model=NAME, prompt=PROMPTS[5], max_tokens=40, temperature=0)
+        assert done.choices[0].text == greedy(reference, prompt_ids(reference, PROMPTS[5]), 40)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.stderr.close()
+
+
 def _wait_for(condition, seconds: float = 30.0) -> bool:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:

@@ -154,14 +154,24 @@ class Engine:
         return self.batches[0].target if self.batches else None
 
     def start(self) -> "Engine":
+        """Run the loop in a thread of its own (tests, Ray replicas, `server.Running`)."""
         self._thread.start()
         return self
 
+    def run(self) -> None:
+        """Run the loop in the calling thread until `stop` (from another thread) or an interrupt. `lookahead serve`
+        runs it on the process's first thread, the one that loaded and measured the model: OpenMP's workers spin
+        between a thread's parallel regions only while the process's teams of workers fit its cores, so a second
+        thread's torch work beside the first's idle team made every forward wait for its workers to wake (SmolLM2
+        on 2 cores: 79 ms a forward against 54)."""
+        self._run()
+
     def stop(self) -> None:
-        """End the loop (rows still running are closed as cancelled) and wait for the thread."""
+        """End the loop (rows still running are closed as cancelled) and wait for its thread."""
         self._stop.set()
         self.pending.put(None)
-        self._thread.join()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join()
 
     def submit(self, row) -> None:
         """Queue a `Row`; it joins the batch at the next step after its prefill."""
@@ -184,6 +194,8 @@ class Engine:
             with torch.inference_mode(), _fast(self.model):
                 while not self._stop.is_set():
                     self._turn()
+        except KeyboardInterrupt:  # the loop ran in the foreground (`run`): the server is stopping
+            raise
         except BaseException as error:  # noqa: BLE001: every waiting client must hear of it
             logger.exception("lookahead serve: the decoding loop failed")
             self.error = error

@@ -3,6 +3,7 @@ a thread on an ephemeral port (`Running`: the tests and benchmarks/serve.py)."""
 from __future__ import annotations
 
 import logging
+import signal
 import threading
 import time
 
@@ -19,8 +20,9 @@ logger = logging.getLogger("lookahead.serve")
 
 def build(model: str | None = None, device: str = "cpu", dtype: str = "fp32", memory: int = 0,
           max_tokens: int = 256, name: str | None = None, loaded: tuple | None = None,
-          cache_implementation: str | None = None, max_model_len: int | None = None):
-    """(FastAPI app, its `Served`) for a model, its engine started.
+          cache_implementation: str | None = None, max_model_len: int | None = None, start: bool = True):
+    """(FastAPI app, its `Served`) for a model, its engine started in a thread of its own (`start=False`: not
+    started; `Engine.run` runs it in the caller's thread).
 
     Args:
         model: what `lookahead.models.load` takes (default: the bundled stories260K).
@@ -41,7 +43,9 @@ def build(model: str | None = None, device: str = "cpu", dtype: str = "fp32", me
         hf_model, tokenizer = loaded
     metrics = Metrics()
     engine = Engine(hf_model, Memory(memory) if memory else None, metrics,
-                    cache_implementation=cache_implementation, max_model_len=max_model_len).start()
+                    cache_implementation=cache_implementation, max_model_len=max_model_len)
+    if start:
+        engine.start()
     served = Served(name or model or "stories260K", tokenizer, engine, metrics, max_tokens)
     return make_app(served), served
 
@@ -54,8 +58,8 @@ class Running:
         ...     client = openai.OpenAI(base_url=server.url + "/v1", api_key="none")
     """
 
-    def __init__(self, app, host: str = "127.0.0.1", port: int = 0):
-        config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off")
+    def __init__(self, app, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning"):
+        config = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="off")
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, name="uvicorn", daemon=True)
         self.url = None
@@ -65,7 +69,7 @@ class Running:
         deadline = time.monotonic() + 60
         while not self.server.started:
             if not self.thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the server did not start")
+                raise RuntimeError(f"the server did not start on {self.server.config.host}:{self.server.config.port}")
             time.sleep(0.02)
         host, port = self.server.servers[0].sockets[0].getsockname()[:2]
         self.url = f"http://{host}:{port}"
@@ -91,11 +95,13 @@ def configure(args) -> None:
 
 def serve(args) -> int:
     """`lookahead serve --engine local`: build the server and run it until interrupted; its log names what runs,
-    then each request's tokens, forwards and drafts (`configure` first)."""
+    then each request's tokens, forwards and drafts (`configure` first). The decoding loop runs in this thread, the
+    one that loaded the model, and uvicorn in another (`Engine.run` says why)."""
     import torch
 
     app, served = build(args.model, args.device, args.dtype, args.memory, args.max_tokens, args.served_model_name,
-                        cache_implementation=args.cache_implementation, max_model_len=args.max_model_len)
+                        cache_implementation=args.cache_implementation, max_model_len=args.max_model_len,
+                        start=False)
     engine = served.engine
     logger.info("lookahead serve: %s (%s, %s parameters) on %s in %s, %d CPU threads (%s), memory %s, engine %s, "
                 "%s, http://%s:%d/v1", served.name, engine.facts.name,
@@ -104,8 +110,16 @@ def serve(args) -> int:
                 "--threads" if args.threads is not None else "torch's default: one per core",
                 f"{args.memory} tokens" if args.memory else "none", args.engine, engine.cache_name, args.host,
                 args.port)
+    signal.signal(signal.SIGTERM, _interrupted)  # as Ctrl-C: the loop closes its rows, uvicorn stops
     try:
-        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
-    finally:
-        served.engine.stop()
+        with Running(app, args.host, args.port, args.log_level) as running:
+            engine.run()
+            if engine.error is not None:  # the loop failed: the server answers that (503) until interrupted
+                running.thread.join()
+    except KeyboardInterrupt:
+        pass
     return 0
+
+
+def _interrupted(signum, frame):
+    raise KeyboardInterrupt

@@ -19,7 +19,8 @@ from lookahead.model.cache import new_cache
 # a parallel hybrid (attention and Mamba in one layer), lightning attention in a cache of its own (MiniMax),
 # RecurrentGemma's Griffin blocks (states on the modules), Zaya's convolved attention projections (a conv_mask),
 # Inkling's short convolutions in sliding-window layers, Qwen4-Exp's gated delta nets beside an indexer that reads its
-# keys' positions from the cache, xLSTM's mLSTM states in a cache of its own
+# keys' positions from the cache, xLSTM's mLSTM states in a cache of its own, RWKV's blocks in the state its forward
+# takes (no cache)
 KINDS = ["qwen3_5_text", "nemotron_h", "granitemoehybrid", "mamba", "lfm2", "falcon_h1", "kimi_linear", "minimax",
          "recurrent_gemma", "zaya", "inkling_text", "qwen4_exp_text", "xlstm", "rwkv"]
 
@@ -93,6 +94,31 @@ def test_a_padded_batch_settles_each_row_on_its_own_path(name):
                              max_new_tokens=F.NEW, min_new_tokens=F.NEW)
     for i, want in enumerate(wants):
         assert out[i, ids.shape[1]:].tolist() == want.tolist()
+
+
+@pytest.mark.parametrize("name", ["qwen3_5_text", "rwkv"])
+def test_the_job_gives_each_line_generate_tokens(tmp_path, name):
+    """`lookahead generate` (the JSONL job, local engine) on a hybrid and on a recurrent-only model: three lines of
+    different lengths in one batch, each drafting from its own document that agrees with greedy's output but at every
+    fifth token; each line's output_ids are model.generate's on its own prompt, with drafts accepted."""
+    import io
+    import json
+
+    from lookahead import models
+    from lookahead.job import run
+
+    model, tok = _model(name), models.load(models.default_model_path())[1]  # the tiny vocabulary is the tokenizer's
+    prompts = [F.prompt(30 + 5 * k, seed=k) for k in range(3)]
+    wants = [F.reference(model, ids).tolist() for ids in prompts]
+    lines = [{"id": k, "input_ids": ids[0].tolist(), "documents": [corrupted(torch.tensor(want))]}
+             for k, (ids, want) in enumerate(zip(prompts, wants))]
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    summary = run(str(tmp_path / "in.jsonl"), str(tmp_path / "out.jsonl"), model=lambda: (model, tok),
+                  max_new_tokens=F.NEW, batch_size=3, errors=io.StringIO(), progress=False)
+    records = {r["id"]: r for r in map(json.loads, open(tmp_path / "out.jsonl"))}
+    assert (summary.written, summary.failed) == (3, 0)
+    assert [records[k]["output_ids"] for k in range(3)] == wants
+    assert sum(records[k]["forwards"] for k in range(3)) < 3 * F.NEW  # drafts were accepted
 
 
 def test_a_griffin_block_continues_its_states_as_decoding_does():

@@ -1,4 +1,5 @@
-"""`Engine`: one thread owns the model and steps every running row together (continuous batching).
+"""`Engine`: one thread owns the model and steps every running row together (continuous batching); `lookahead serve`
+runs it on the process's first thread (`Engine.run`).
 
 Each turn of the loop: take the rows that arrived (each prefilled alone, then joined to the batch: `ServingLM.join`),
 drop cancelled rows, then one step for all rows of a batch:
@@ -91,7 +92,7 @@ class Batch:
 
 
 class Engine:
-    """The decoding loop of a server, in its own thread.
+    """The decoding loop of a server, in a thread of its own (`start`) or the caller's (`run`).
 
     Args:
         model: a decoder-only Hugging Face causal LM with full attention (`check_servable`).

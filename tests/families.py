@@ -377,7 +377,7 @@ def tiny_model(name: str):
 SHORT = [  # message pattern -> the short reason the table shows
     (r"must accept a KV cache|keeps no KV cache", "no KV cache"), (r"state-space", "recurrent, not followed"),
     (r"has recurrent layers", "recurrent, not followed"), (r"draft='tree' is not supported .* recurrent", "recurrent"),
-    (r"static' is not supported .*(on the modules|a cache of its own|beside a sliding window)",
+    (r"static' is not supported .*(on the modules|a cache of its own|beside a sliding window|the state its forward)",
      "recurrent state held elsewhere"),
     (r"static' is not supported .* recurrent", "recurrent"),
     (r"cache of its own", "own cache"), (r"does not know", "unknown layer kind"), (r"ALiBi", "ALiBi"),

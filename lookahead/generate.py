@@ -257,14 +257,14 @@ def _decode(model, input_ids, logits_processor, stopping_criteria, generation_co
                    max_new, cost, target.argmax, recycled)
     V.check_documents(facts, settings.documents, settings.memory)
     sources = target.sources()
-    rows = Rows(list(range(len(sources))), input_ids, np.zeros(len(sources), np.int64),
-                row_indexes(settings.lookup, settings.max_ngram, settings.min_ngram, sources, settings.documents,
-                            settings.memory, settings.num_draft_tokens, recycled))
+    rows = Rows(target, list(range(len(sources))), np.zeros(len(sources), np.int64), prompts=input_ids,
+                indexes=row_indexes(settings.lookup, settings.max_ngram, settings.min_ngram, sources,
+                                    settings.documents, settings.memory, settings.num_draft_tokens, recycled))
     if settings.streamer is not None:  # transformers never sees it, so it did not put the prompt
         settings.streamer.put(input_ids.cpu())
     try:
         with torch.inference_mode():
-            outs = run_loop(target, rows, run, max_new)
+            outs = run_loop(rows, run, max_new)
     finally:  # a failed call still ends the streamer, so that a thread reading it does not wait forever
         run.streamer.end()
         if hasattr(target, "close"):

@@ -7,12 +7,13 @@ A step, the same for chains and trees, greedy and sampling:
     -> score (processors, each position with its own prefix) -> accept (the rule) -> update the sizing
     -> commit (the cache keeps the accepted path) -> advance (append, stop, drop finished rows)
 
-The common calls (plain greedy chains or trees) run the fused step instead (`fused`): the same steps, each one
-kernel call on the host. `lookahead.generate.decode` sets up the call and runs `run_loop`.
+The forward, the acceptance and the commit are `engine.Batch.step`'s, the step the server's engine takes too. The
+common calls (plain greedy chains or trees) run the fused step instead (`fused`): the same steps, each one kernel call
+on the host. `lookahead.generate.decode` sets up the call and runs `run_loop`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -21,6 +22,7 @@ from ..index.draft import Draft
 from ..model.facts import ModelFacts
 from ..verify.batch import DraftBatch, to_device
 from ..verify.rules import acceptance_rule
+from .engine import Batch
 from .fused import fused as fused_loop
 from .outputs import Recorder
 from .processing import Scorer, Stopper, Streamer
@@ -32,13 +34,22 @@ __all__ = ["Rows", "Run", "assemble", "make_run", "run_loop", "token_ids"]
 
 
 @dataclass
-class Rows:
-    """Decoding state of the rows still running; entry i of each field belongs to original row `ids[i]`."""
+class Rows(Batch):
+    """The call's rows still running (an `engine.Batch` whose handles are each row's place in the call, `ids`), with
+    what the loop reads of each: entry i of every field belongs to original row `ids[i]`."""
 
-    ids: list
-    prompts: torch.Tensor  # [b, P] what precedes the new tokens: the left-padded prompt (decoder start for seq2seq)
-    last: np.ndarray  # [b] newest token, not yet in the cache
-    indexes: list  # [b] each row's index (None: nothing is drafted)
+    prompts: torch.Tensor | None = None  # [b, P] what precedes the new tokens: the left-padded prompt (decoder start
+    # for seq2seq)
+    indexes: list = field(default_factory=list)  # [b] each row's index (None: nothing is drafted)
+
+    @property
+    def ids(self) -> list:
+        return self.rows
+
+    def _cut(self, keep: list) -> None:
+        super()._cut(keep)
+        self.prompts = self.prompts[keep] if keep else self.prompts[:0]
+        self.indexes = [self.indexes[i] for i in keep]
 
 
 @dataclass
@@ -57,15 +68,16 @@ class Run:
     recycling: Recycling | None = None  # a recycling lookup's: every forward's top-k, learned by the rows' indexes
 
 
-def run_loop(target, rows: Rows, run: Run, max_new: int) -> list:
-    """Run the loop; return the new tokens of each row."""
+def run_loop(rows: Rows, run: Run, max_new: int) -> list:
+    """Run the loop over `rows` (and their target); return the new tokens of each row."""
+    target = rows.target
     outs = [[] for _ in rows.ids]
-    run.stats.forwards_by_row = [0] * len(outs)  # each row's, written when it finishes (`_drop`)
+    run.stats.forwards_by_row = [0] * len(outs)  # each row's, written when it finishes (`_retire`)
     clock = run.stats.clock()
     logits = target.prefill(run.stats)  # [b, 1, V]
     fused = fused_loop(target, rows, run, max_new, clock)
     if fused is not None:  # the prefill's token taken by the fused step, which drafts the first step with it
-        rows = _drop(target, rows, fused.run_rows(rows, outs, logits), run)
+        _retire(rows, fused.run_rows(rows, outs, logits), run)
     else:
         empty = DraftBatch.pack([Draft.empty()] * len(outs), chain=True)
         top = run.recycling.launch(logits) if run.recycling is not None else None
@@ -73,33 +85,39 @@ def run_loop(target, rows: Rows, run: Run, max_new: int) -> list:
         verdict = run.accept(empty, scores)
         if top is not None:
             run.recycling.learn(top, rows.indexes, empty)
-        rows = _advance(target, rows, outs, run, empty, verdict, scores, logits)
+        _advance(rows, outs, run, empty, verdict, scores, logits)
         clock.lap("prefill")
     while rows.ids:
         if fused is not None:  # the common call: a step's host work in one kernel call, until a row is done
-            rows = _drop(target, rows, fused.run_rows(rows, outs), run)
+            _retire(rows, fused.run_rows(rows, outs), run)
             continue
         drafts = run.sizing.draft(rows.indexes, max_new - 1 - np.array([len(outs[r]) for r in rows.ids]),
                                   target.padded)
         batch = DraftBatch.pack(run.scorer.cut(drafts, rows, outs, run.sizing.chain), run.sizing.chain)
         clock.lap("draft")
-        logits = target.verify(rows.last, batch, run.stats)  # [b, N+1, V]
-        top = run.recycling.launch(logits) if run.recycling is not None else None  # [b, N+1, k] ids, probs
-        clock.lap("forward")
-        scores = run.scorer(logits, rows, outs, batch)  # each column scored with its own prefix
-        verdict = run.accept(batch, scores)  # accepted path and next token of each row
-        if top is not None:  # before the indexes take the step's tokens: the root's context is their last two
-            run.recycling.learn(top, rows.indexes, batch)
-        clock.lap("accept")
-        run.sizing.update(batch, verdict)
-        target.commit(batch, verdict)
-        rows = _advance(target, rows, outs, run, batch, verdict, scores, logits)
+        scored = []
+
+        def accept(batch: DraftBatch, logits: torch.Tensor):
+            """The call's acceptance of the step's logits [b, N+1, V], with the recycling and the sizing around it."""
+            top = run.recycling.launch(logits) if run.recycling is not None else None  # [b, N+1, k] ids, probs
+            clock.lap("forward")
+            scores = run.scorer(logits, rows, outs, batch)  # each column scored with its own prefix
+            verdict = run.accept(batch, scores)  # accepted path and next token of each row
+            if top is not None:  # before the indexes take the step's tokens: the root's context is their last two
+                run.recycling.learn(top, rows.indexes, batch)
+            clock.lap("accept")
+            run.sizing.update(batch, verdict)
+            scored.append(scores)
+            return verdict
+
+        logits, verdict, _ = rows.step(batch, accept, run.stats)  # the forward, the acceptance, the commit
+        _advance(rows, outs, run, batch, verdict, scored[0], logits)
         clock.lap("commit")
     clock.total()
     return outs
 
 
-def _advance(target, rows: Rows, outs, run: Run, batch: DraftBatch, verdict, scores, logits) -> Rows:
+def _advance(rows: Rows, outs, run: Run, batch: DraftBatch, verdict, scores, logits) -> None:
     """Count the step, append each row's gained tokens (accepted drafts + the target's own) and drop finished rows.
 
     scores/logits [b, N+1, V] are the step's; the rows' gained tokens read them along the accepted paths."""
@@ -110,7 +128,7 @@ def _advance(target, rows: Rows, outs, run: Run, batch: DraftBatch, verdict, sco
     if cols is not None and (run.recorder is not None or run.stopper.criteria):  # trees: the accepted path's columns
         at, cols = torch.arange(len(cols), device=scores.device)[:, None], to_device(cols, scores.device)
         scores, logits = scores[at, cols], logits[at, cols]
-    return _drop(target, rows, _append(rows, outs, verdict.gained(batch), run, scores, logits), run)
+    _retire(rows, _append(rows, outs, verdict.gained(batch), run, scores, logits), run)
 
 
 def _append(rows: Rows, outs, gained, run: Run, scores, logits) -> list:
@@ -130,19 +148,11 @@ def _append(rows: Rows, outs, gained, run: Run, scores, logits) -> list:
     return done
 
 
-def _drop(target, rows: Rows, done: list, run: Run) -> Rows:
-    """Remove finished rows from the batch (and from the target's cache) so they cost nothing more; a finished row
-    took part in every forward so far."""
-    if not any(done):
-        return rows
-    for rid, d in zip(rows.ids, done):
-        if d:
-            run.stats.forwards_by_row[rid] = run.forwards
-    keep = [i for i, d in enumerate(done) if not d]
-    if not keep:  # the call is over: slices, not the selection of no rows
-        return Rows([], rows.prompts[:0], rows.last[:0], [])
-    target.keep(keep)
-    return Rows([rows.ids[i] for i in keep], rows.prompts[keep], rows.last[keep], [rows.indexes[i] for i in keep])
+def _retire(rows: Rows, done: list, run: Run) -> None:
+    """Remove finished rows from the batch (and from the target's cache: `Batch.retire`) so they cost nothing more;
+    a finished row took part in every forward so far."""
+    for rid in rows.retire(done):
+        run.stats.forwards_by_row[rid] = run.forwards
 
 
 def make_run(facts: ModelFacts, batch: int, processors, criteria, config, settings: Settings, eos: tuple,

@@ -26,13 +26,13 @@ import queue
 import threading
 import time
 import types
-from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
 from ..runtime.jit import SERVED, tier
 from ..decode.calibrate import budget, draft_cost
+from ..decode.engine import Batch
 from ..decode.policy import CostCurve, StepTimes, batch_width
 from ..decode.settings import DRAFT_TOKENS, GenerationStats, make_settings
 from ..model.attention import packed_attention
@@ -78,17 +78,6 @@ def tree_refusal(facts: ModelFacts) -> str | None:
     if any(layer.kind == COMPRESSED for layer in facts.layers):
         return "its compressed attention folds a row's tokens in order, a window at a time, into one entry"
     return None
-
-
-@dataclass
-class Batch:
-    """Rows that step together: one forward over one cache (`target`) verifies them all."""
-
-    target: object  # ServingLM, or StaticServingLM (its rows come and go in slots of their own)
-    rows: list = field(default_factory=list)  # in the cache's row order
-    last: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # [b] each row's newest token,
-    # not yet in the cache
-    settled: bool = False  # no row joined or left since the last step (a step after is not timed: StepTimes)
 
 
 class Engine:
@@ -278,9 +267,7 @@ class Engine:
         else:
             batch = self.batches[0]
             batch.target.join(one)
-        batch.settled = False
-        batch.rows.append(row)
-        batch.last = np.append(batch.last, token)
+        batch.admit(row, token)
 
     def _step(self, batch: Batch) -> None:
         rows, target = batch.rows, batch.target
@@ -301,20 +288,21 @@ class Engine:
                 if not len(draft):
                     row.watch()
         drafted = DraftBatch.pack(drafts, all(row.chain for row in rows))
-        start = time.perf_counter()
-        logits = target.verify(batch.last, drafted, self.stats)  # [b, N+1, V]
-        verdict = self._accept(rows, drafted, logits)
-        if batch.settled:
-            self.times.record(b, drafted.width, time.perf_counter() - start, b + int(verdict.counts.sum()))
-        batch.settled = True
-        target.commit(drafted, verdict)
+        start, timed = time.perf_counter(), batch.settled  # a step right after rows joined or left is not timed
+
+        def accept(drafted: DraftBatch, logits: torch.Tensor) -> Verdict:
+            verdict = self._accept(rows, drafted, logits)
+            if timed:  # the forward and the acceptance, as `StepTimes` prices a step
+                self.times.record(b, drafted.width, time.perf_counter() - start, b + int(verdict.counts.sum()))
+            return verdict
+
+        _, verdict, gained = batch.step(drafted, accept, self.stats)  # the forward, the acceptance, the commit
         if self.metrics is not None:
             self.metrics.forwards.inc()
-        gained, paths = verdict.gained(drafted), _paths(verdict)
+        paths = _paths(verdict)
         done = []
         for i, (row, draft) in enumerate(zip(rows, drafts)):
             row.learn(draft, paths[i])
-            batch.last[i] = gained[i][-1]
             done.append(row.advance(gained[i]))
         self._drop(batch, done)
 
@@ -349,13 +337,9 @@ class Engine:
                 if row.cancelled and not row.done:
                     self.freed += 1
                 self._finished(row, row.finish or "cancelled")
-        keep = [i for i, d in enumerate(done) if not d]
-        if not keep:
+        batch.retire(done)
+        if not batch.rows:
             self._release(batch)
-            return
-        batch.target.keep(keep)
-        batch.rows, batch.last = [batch.rows[i] for i in keep], batch.last[keep]
-        batch.settled = False
 
     def _release(self, batch: Batch | None = None) -> None:
         """A batch is over (None: every batch): no rows, no target (whose hooks leave the model)."""

@@ -28,18 +28,46 @@ def deployment(replicas: int, gpus: float = 0.0):
     @serve.ingress()
     class Replica:
         def __init__(self, options: dict, threads: int | None = None):
-            import torch
-
-            from .server import build
-
-            if threads is not None:
-                torch.set_num_threads(threads)
-            self._asgi, self._served = build(**options)
+            self._asgi, self._served = _built_on_one_thread(options, threads)
 
         def __serve_build_asgi_app__(self):
             return self._asgi
 
     return Replica
+
+
+def _built_on_one_thread(options: dict, threads: int | None) -> tuple:
+    """`server.build(**options)` in a thread of its own that then runs the engine's loop (`Engine.run`): the replica
+    loads, measures and steps the model on one thread, as `lookahead serve` does on its first (a second thread's
+    forwards wait for their OpenMP workers); (app, served) once built.
+
+    Raises:
+        what building raised."""
+    import threading
+
+    from .server import build
+
+    ready, box = threading.Event(), {}
+
+    def own() -> None:
+        import torch
+
+        try:
+            if threads is not None:
+                torch.set_num_threads(threads)
+            box["built"] = build(**options, start=False)
+        except BaseException as error:  # noqa: BLE001: raised again in the replica's constructor
+            box["error"] = error
+            return
+        finally:
+            ready.set()
+        box["built"][1].engine.run()
+
+    threading.Thread(target=own, name="lookahead-engine", daemon=True).start()
+    ready.wait()
+    if "error" in box:
+        raise box["error"]
+    return box["built"]
 
 
 def start(replicas: int, options: dict, host: str = "127.0.0.1", port: int = 8000, address: str | None = None,

@@ -5,8 +5,8 @@ import torch
 
 from ._checks import check_int  # noqa: F401  (re-exported: one integer check for the whole package)
 from .model.cache import FOLLOWED_CACHES
-from .model.facts import ModelFacts, forward_parameters, rows_apart, takes_keywords  # noqa: F401 (rows_apart:
-# re-exported for generate)
+from .model.facts import ModelFacts, forward_parameters, rows_apart, takes_keywords, tree_refusal  # noqa: F401
+# (rows_apart: re-exported for generate)
 from .model.layers import COMPRESSED, KNOWN, NONE, RECURRENT, state_space
 from .model.rwkv import is_rwkv
 
@@ -14,8 +14,9 @@ from .model.rwkv import is_rwkv
 def check_model(model, fallback: bool = False) -> str | None:
     """Raise TypeError unless `model` is a Hugging Face LM (causal or encoder-decoder) that decodes with a KV cache.
     RWKV's `state` stands for a KV cache (its states are followed: `model.rwkv`). With `fallback`, a
-    transformers-style LM that keeps no KV cache (GPT-1, XLNet's memories: its forward takes **kwargs) is not refused: returns why lookahead cannot draft on it (`lookahead.generate` then runs
-    model.generate's own decoding, `decode.fallback`); else None."""
+    transformers-style LM that keeps no KV cache (GPT-1, XLNet's memories: its forward takes **kwargs) is not
+    refused: returns why lookahead cannot draft on it (`lookahead.generate` then runs model.generate's own decoding,
+    `decode.fallback`); else None."""
     from transformers import PreTrainedModel
 
     name = type(model).__name__
@@ -79,9 +80,9 @@ def check_recurrent(facts: ModelFacts, draft: str, config, model, rows: int = 1)
     if facts.recurrent != "":
         return
     if draft == "tree":
-        raise ValueError(f"draft='tree' is not supported for {facts.name}: its recurrent layers carry one state along "
-                         f"one sequence of tokens, so a tree's branches cannot be verified in one forward; use "
-                         f"draft='chain' (the default: exact, its states follow the accepted tokens)")
+        raise ValueError(f"draft='tree' is not supported for {facts.name}: {tree_refusal(facts)}, so a tree's branches "
+                         f"cannot be verified in one forward; use draft='chain' (the default: exact, its states follow "
+                         f"the accepted tokens)")
     from .model.griffin import griffin_blocks
     from .model.recurrent import windowed_state_layers
 
@@ -116,9 +117,8 @@ def check_compressed(facts: ModelFacts, draft: str, static: bool, rows: int) -> 
         return
     name = facts.name
     if draft == "tree":
-        raise ValueError(f"draft='tree' is not supported for {name}: its compressed attention folds a row's "
-                         f"tokens in order, a window at a time, into one entry, so a tree's branches cannot share a "
-                         f"forward; use draft='chain' (the default: exact)")
+        raise ValueError(f"draft='tree' is not supported for {name}: {tree_refusal(facts)}, so a tree's branches "
+                         f"cannot share a forward; use draft='chain' (the default: exact)")
     if rows > 1:
         raise ValueError(f"a batch of {rows} rows is not supported for {name}: its compressed attention layers count "
                          f"their entries once for every row; pass one row at a time (input_ids of batch 1)")

@@ -156,3 +156,13 @@ def rows_apart(facts: ModelFacts, model) -> str | None:
         return (f"{facts.name}'s layers that keep recurrent states cut their sliding window by cache slot (a row's "
                 f"padding and rejected slots would count as distance)")
     return None
+
+
+def tree_refusal(facts: ModelFacts) -> str | None:
+    """Why a tree's branches cannot be verified in one forward on this model (its layers carry state along one
+    sequence of tokens), or None: `generate` refuses `draft="tree"` with it, the server a request's tree."""
+    if facts.recurrent == "":
+        return "its recurrent layers carry one state along one sequence of tokens"
+    if any(layer.kind == COMPRESSED for layer in facts.layers):
+        return "its compressed attention folds a row's tokens in order, a window at a time, into one entry"
+    return None

@@ -14,6 +14,7 @@ no forward run again. A row that kept them all keeps what the forward left. The 
 from __future__ import annotations
 
 import contextlib
+import inspect
 import sys
 import time
 
@@ -26,9 +27,14 @@ class RwkvState(list):
 
 
 def is_rwkv(model) -> bool:
-    """Whether `model` is RWKV: its forward takes `state`, and its blocks' attention has a time decay and time first."""
-    return any(hasattr(m, "time_decay") and hasattr(m, "time_first") and hasattr(m, "layer_id")
-               for m in model.modules())
+    """Whether `model` is RWKV: its forward takes `state` (read first: every model's checks ask), and its blocks'
+    attention has a time decay and time first."""
+    try:
+        takes_state = "state" in inspect.signature(type(model).forward).parameters
+    except (TypeError, ValueError):
+        return False
+    return takes_state and any(hasattr(m, "time_decay") and hasattr(m, "time_first") and hasattr(m, "layer_id")
+                               for m in model.modules())
 
 
 def rwkv_blocks(model) -> list:

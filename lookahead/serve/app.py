@@ -20,7 +20,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from ..decode.loop import token_ids
-from .engine import tree_refusal
+from ..model.facts import tree_refusal
 from .row import Row, Sampling
 from .schemas import BadRequest, Request, parse_body, parse_request
 

@@ -70,16 +70,6 @@ def check_servable(model) -> ModelFacts:
     return facts
 
 
-def tree_refusal(facts: ModelFacts) -> str | None:
-    """Why a request's `lookahead.draft='tree'` cannot be verified on this model (one state along one sequence of
-    tokens), or None."""
-    if facts.recurrent == "":
-        return "its recurrent layers carry one state along one sequence of tokens"
-    if any(layer.kind == COMPRESSED for layer in facts.layers):
-        return "its compressed attention folds a row's tokens in order, a window at a time, into one entry"
-    return None
-
-
 class Engine:
     """The decoding loop of a server, in a thread of its own (`start`) or the caller's (`run`).
 

@@ -205,10 +205,16 @@ def _each_indexer(layer, change, other=None) -> None:
                                              None if theirs is None else theirs.permute(1, 2, 0)).permute(2, 0, 1)
 
 
+def _states_only(cache):
+    """The module (`rwkv`, `xlstm`) whose `select_rows` and `join_rows` take `cache`, a cache of recurrent states
+    and no slots; None for any other cache."""
+    return rwkv if rwkv.keeps_rwkv_state(cache) else xlstm if xlstm.keeps_rnn_state(cache) else None
+
+
 def select_rows(cache, rows: torch.Tensor) -> None:
     """Keep only the batch rows `rows` (a 1-D LongTensor of row indices) in the cache."""
-    if xlstm.keeps_rnn_state(cache) or rwkv.keeps_rwkv_state(cache):
-        (rwkv if rwkv.keeps_rwkv_state(cache) else xlstm).select_rows(cache, rows)
+    if (states := _states_only(cache)) is not None:
+        states.select_rows(cache, rows)
         return
     if not recurrent_layers(cache):
         cache.batch_select_indices(rows)
@@ -228,8 +234,8 @@ def join_rows(cache, other, pad: int, other_pad: int) -> None:
 
     Both caches hold the layers of one model: full-attention or windowed (`GrowingLayer` or transformers'
     `DynamicLayer`), recurrent, or both in one layer; or xLSTM's or RWKV's states."""
-    if xlstm.keeps_rnn_state(cache) or rwkv.keeps_rwkv_state(cache):
-        (rwkv if rwkv.keeps_rwkv_state(cache) else xlstm).join_rows(cache, other)
+    if (states := _states_only(cache)) is not None:
+        states.join_rows(cache, other)
         return
     for j, state in enumerate(getattr(cache, "linear_cache", ())):  # MiniMax's linear attention states
         if isinstance(state, torch.Tensor):
@@ -264,7 +270,7 @@ def _join_states(layer, extra) -> None:
 
 def drop_leading(cache, n: int) -> None:
     """Drop the first `n` slots of every layer (slots that no row sees any more, after rows left the batch)."""
-    if xlstm.keeps_rnn_state(cache) or rwkv.keeps_rwkv_state(cache):  # no slots
+    if _states_only(cache) is not None:  # no slots
         return
     for layer in cache.layers:
         if getattr(layer, "keys", None) is None or (isinstance(layer, LinearAttentionCacheLayerMixin)

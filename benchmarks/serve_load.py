@@ -3,11 +3,12 @@
 
 Each level submits as many greedy requests as there are clients at once (the workloads' chat prompts cycled; each
 request is a `Row`, as the HTTP server makes it) to one `Engine` over SmolLM2 and waits for the last: output tokens
-per second from the first submission to the last row done, prefills included. The two modes take turns level by level
-and round by round, so that a slower stretch of a shared machine hits both. Without HTTP and client threads, which
-on this 2-core machine take the cores the engine needs (`benchmarks/serve.py` measures the whole server). The step log
-says how wide the batch's steps were (`policy.batch_width`: the width with the most tokens expected per unit of cost
-for the whole batch).
+per second from the first submission to the last row done, prefills included. The engine steps on this process's
+first thread, as `lookahead serve`'s does (`Engine.run`), the levels are submitted from a second. The two modes take
+turns level by level and round by round, so that a slower stretch of a shared machine hits both. Without HTTP and
+client threads, which on this 2-core machine take the cores the engine needs (`benchmarks/serve.py` measures the
+whole server). The step log says how wide the batch's steps were (`policy.batch_width`: the width with the most
+tokens expected per unit of cost for the whole batch).
 
     python benchmarks/serve_load.py --clients 1 4 16 32 64 --rounds 2
 """
@@ -19,6 +20,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -39,10 +41,10 @@ def level(engine: Engine, prompts: list, clients: int, max_new: int, lookup: str
     widths = []
     step = engine._step
 
-    def logged():  # the step's verified draft columns, and how many rows it verified
+    def logged(batch):  # the step's verified draft columns, and how many rows it verified
         before = engine.stats.draft_tokens
-        b = len(engine.rows)
-        step()
+        b = len(batch.rows)
+        step(batch)
         widths.append((b, engine.stats.draft_tokens - before))
 
     engine._step = logged
@@ -79,32 +81,43 @@ def main() -> None:
     prompts = [np.asarray(tok(tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True),
                               add_special_tokens=False)["input_ids"], dtype=np.int64)  # as the server tokenizes
                for _, messages, _ in jobs(args.workloads, args.per_workload, args.max_prompt, tok, args.data)]
-    engine = Engine(model).start()
+    engine = Engine(model)
     print(f"# {len(prompts)} prompts, {args.max_new} new tokens, {args.threads} threads, load "
           f"{os.getloadavg()[0]:.2f}, {platform.processor() or platform.machine()}", flush=True)
-    try:
-        level(engine, prompts, 2, 8, "ngram", tok)  # warm-up
-        results = {}
-        for r in range(args.rounds):
-            for clients in args.clients:
-                for lookup in (("ngram", "none") if r % 2 == 0 else ("none", "ngram")):
-                    out = level(engine, prompts, clients, args.max_new, lookup, tok)
-                    results.setdefault((clients, lookup), []).append(out)
-                    print(f"round {r + 1} clients {clients:3d} {lookup:6s}: {out['tok_per_s']:6.2f} tok/s, "
-                          f"{out['tokens']} tokens in {out['seconds']:.1f} s, {out['steps']} steps, drafted "
-                          f"{out['drafted']}, accepted {out['accepted']}, load {os.getloadavg()[0]:.2f}", flush=True)
-        print("\n| clients | lookahead tok/s | `\"lookup\": \"none\"` tok/s | ratio (per round) | same text |")
-        print("| --- | --- | --- | --- | --- |")
-        for clients in args.clients:
-            on, off = results[clients, "ngram"], results[clients, "none"]
-            ratios = [a["tok_per_s"] / b["tok_per_s"] for a, b in zip(on, off)]
-            same = all(a["texts"] == b["texts"] for a, b in zip(on, off))
-            print(f"| {clients} | {statistics.median(x['tok_per_s'] for x in on):.1f} | "
-                  f"{statistics.median(x['tok_per_s'] for x in off):.1f} | {statistics.median(ratios):.2f}x "
-                  f"({', '.join(f'{x:.2f}' for x in ratios)}) | {same} |", flush=True)
-    finally:
-        engine.stop()
+    results, failed = {}, []
 
+    def drive() -> None:  # the levels, from a second thread: the engine steps on this process's first thread
+        try:
+            level(engine, prompts, 2, 8, "ngram", tok)  # warm-up
+            for r in range(args.rounds):
+                for clients in args.clients:
+                    for lookup in (("ngram", "none") if r % 2 == 0 else ("none", "ngram")):
+                        out = level(engine, prompts, clients, args.max_new, lookup, tok)
+                        results.setdefault((clients, lookup), []).append(out)
+                        print(f"round {r + 1} clients {clients:3d} {lookup:6s}: {out['tok_per_s']:6.2f} tok/s, "
+                              f"{out['tokens']} tokens in {out['seconds']:.1f} s, {out['steps']} steps, drafted "
+                              f"{out['drafted']}, accepted {out['accepted']}, load {os.getloadavg()[0]:.2f}",
+                              flush=True)
+        except BaseException as error:  # noqa: BLE001: said after the engine stops
+            failed.append(error)
+        finally:
+            engine.stop()
+
+    driver = threading.Thread(target=drive, name="serve-load-clients")
+    driver.start()
+    engine.run()  # as `lookahead serve` runs it (`Engine.run`: OpenMP's workers wake slowly for a second thread)
+    driver.join()
+    if failed:
+        raise failed[0]
+    print("\n| clients | lookahead tok/s | `\"lookup\": \"none\"` tok/s | ratio (per round) | same text |")
+    print("| --- | --- | --- | --- | --- |")
+    for clients in args.clients:
+        on, off = results[clients, "ngram"], results[clients, "none"]
+        ratios = [a["tok_per_s"] / b["tok_per_s"] for a, b in zip(on, off)]
+        same = all(a["texts"] == b["texts"] for a, b in zip(on, off))
+        print(f"| {clients} | {statistics.median(x['tok_per_s'] for x in on):.1f} | "
+              f"{statistics.median(x['tok_per_s'] for x in off):.1f} | {statistics.median(ratios):.2f}x "
+              f"({', '.join(f'{x:.2f}' for x in ratios)}) | {same} |", flush=True)
 
 if __name__ == "__main__":
     main()

@@ -3,12 +3,14 @@
 
 Each level submits as many greedy requests as there are clients at once (the workloads' chat prompts cycled; each
 request is a `Row`, as the HTTP server makes it) to one `Engine` over SmolLM2 and waits for the last: output tokens
-per second from the first submission to the last row done, prefills included. The engine steps on this process's
-first thread, as `lookahead serve`'s does (`Engine.run`), the levels are submitted from a second. The two modes take
-turns level by level and round by round, so that a slower stretch of a shared machine hits both. Without HTTP and
-client threads, which on this 2-core machine take the cores the engine needs (`benchmarks/serve.py` measures the
-whole server). The step log says how wide the batch's steps were (`policy.batch_width`: the width with the most
-tokens expected per unit of cost for the whole batch).
+per second from the first submission to the last row done, prefills included, and the steps' alone (the time in
+`Engine._step`, the tokens less the prefills' one a row: the prefills, the same work in both modes, take most of a
+level at 16 clients and more, and their noise hides the steps'). Each step's width is the one with the most tokens
+expected per unit of cost for the whole batch (`policy.batch_width`). The engine steps on this process's first
+thread, as `lookahead serve`'s does (`Engine.run`); the levels are submitted from a second. The two modes take turns
+level by level and round by round, so that a slower stretch of a shared machine hits both. Without HTTP and client
+threads, which on this 2-core machine take the cores the engine needs (`benchmarks/serve.py` measures the whole
+server).
 
     python benchmarks/serve_load.py --clients 1 4 16 32 64 --rounds 2
 """
@@ -34,18 +36,17 @@ from lookahead.serve.row import Drafting, Row, Sampling
 
 
 def level(engine: Engine, prompts: list, clients: int, max_new: int, lookup: str, tok) -> dict:
-    """Submit `clients` rows at once (prompts cycled), wait for all: tokens, seconds, the steps' widths."""
+    """Submit `clients` rows at once (prompts cycled), wait for all: tokens, seconds, the steps and their seconds."""
     done = []
     rows = [Row(prompts[k % len(prompts)], max_new, (tok.eos_token_id,), Sampling(0.0), Drafting(lookup=lookup), tok,
                 emit=lambda event: event[0] == "done" and done.append(1)) for k in range(clients)]
-    widths = []
+    steps = []
     step = engine._step
 
-    def logged(batch):  # the step's verified draft columns, and how many rows it verified
-        before = engine.stats.draft_tokens
-        b = len(batch.rows)
+    def logged(batch):  # how many rows the step verified, and its seconds (drafts, forward, acceptance, advance)
+        b, begin = len(batch.rows), time.perf_counter()
         step(batch)
-        widths.append((b, engine.stats.draft_tokens - before))
+        steps.append((b, time.perf_counter() - begin))
 
     engine._step = logged
     start = time.perf_counter()
@@ -58,8 +59,10 @@ def level(engine: Engine, prompts: list, clients: int, max_new: int, lookup: str
     tokens = sum(len(row.out) for row in rows)
     drafted = sum(row.stats.draft_tokens for row in rows)
     accepted = sum(row.stats.accepted_tokens for row in rows)
+    stepping = sum(t for _, t in steps)  # the prefills' tokens (one a row) are not the steps'
     return {"tokens": tokens, "seconds": seconds, "tok_per_s": tokens / seconds, "drafted": drafted,
-            "accepted": accepted, "steps": len(widths), "texts": [row.text.text for row in rows]}
+            "accepted": accepted, "steps": len(steps), "step_seconds": stepping,
+            "step_tok_per_s": (tokens - clients) / stepping, "texts": [row.text.text for row in rows]}
 
 
 def main() -> None:
@@ -95,7 +98,8 @@ def main() -> None:
                         out = level(engine, prompts, clients, args.max_new, lookup, tok)
                         results.setdefault((clients, lookup), []).append(out)
                         print(f"round {r + 1} clients {clients:3d} {lookup:6s}: {out['tok_per_s']:6.2f} tok/s, "
-                              f"{out['tokens']} tokens in {out['seconds']:.1f} s, {out['steps']} steps, drafted "
+                              f"{out['tokens']} tokens in {out['seconds']:.1f} s, {out['steps']} steps in {out['step_seconds']:.1f} s "
+                              f"({out['step_tok_per_s']:.2f} tok/s), drafted "
                               f"{out['drafted']}, accepted {out['accepted']}, load {os.getloadavg()[0]:.2f}",
                               flush=True)
         except BaseException as error:  # noqa: BLE001: said after the engine stops
@@ -109,15 +113,18 @@ def main() -> None:
     driver.join()
     if failed:
         raise failed[0]
-    print("\n| clients | lookahead tok/s | `\"lookup\": \"none\"` tok/s | ratio (per round) | same text |")
-    print("| --- | --- | --- | --- | --- |")
+    print("\n| clients | lookahead tok/s | `\"lookup\": \"none\"` tok/s | ratio (per round) | steps alone: ratio "
+          "(per round) | same text |")
+    print("| --- | --- | --- | --- | --- | --- |")
     for clients in args.clients:
         on, off = results[clients, "ngram"], results[clients, "none"]
         ratios = [a["tok_per_s"] / b["tok_per_s"] for a, b in zip(on, off)]
+        stepped = [a["step_tok_per_s"] / b["step_tok_per_s"] for a, b in zip(on, off)]
         same = all(a["texts"] == b["texts"] for a, b in zip(on, off))
         print(f"| {clients} | {statistics.median(x['tok_per_s'] for x in on):.1f} | "
               f"{statistics.median(x['tok_per_s'] for x in off):.1f} | {statistics.median(ratios):.2f}x "
-              f"({', '.join(f'{x:.2f}' for x in ratios)}) | {same} |", flush=True)
+              f"({', '.join(f'{x:.2f}' for x in ratios)}) | {statistics.median(stepped):.2f}x "
+              f"({', '.join(f'{x:.2f}' for x in stepped)}) | {same} |", flush=True)
 
 if __name__ == "__main__":
     main()

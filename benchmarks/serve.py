@@ -74,12 +74,13 @@ def conversations(workload: str, data: Path):
 
 def jobs(workloads: list, per_workload: int, max_prompt: int, tokenizer, data: Path) -> list:
     """[(workload, messages, prediction)]: the first `per_workload` conversations of each that fit `max_prompt`."""
+    from lookahead.serve.app import chat_ids
+
     out = []
     for workload in workloads:
         kept = 0
         for messages, prediction in conversations(workload, data):
-            text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-            if len(tokenizer(text, add_special_tokens=False)["input_ids"]) <= max_prompt:
+            if len(chat_ids(tokenizer, messages)) <= max_prompt:  # as the server tokenizes
                 out.append((workload, messages, prediction))
                 kept += 1
                 if kept == per_workload:

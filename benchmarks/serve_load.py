@@ -31,6 +31,7 @@ import torch
 from serve import DATA, jobs
 
 from lookahead import models
+from lookahead.serve.app import chat_ids
 from lookahead.serve.engine import Engine
 from lookahead.serve.row import Drafting, Row, Sampling
 
@@ -75,15 +76,17 @@ def main() -> None:
     p.add_argument("--clients", type=int, nargs="+", default=[1, 4, 16, 32, 64])
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--no-warm", action="store_true", help="skip compiling the kernels first (the steps may then run "
+                   "their Python twins: a check that the script runs, not a timing)")
     p.add_argument("--data", type=Path, default=DATA)
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     # the engine times numba's kernels, not their Python twins beside a background compiler (`lookahead.runtime.jit`)
-    subprocess.run([sys.executable, "-m", "lookahead.warm"], check=True)
+    if not args.no_warm:
+        subprocess.run([sys.executable, "-m", "lookahead.warm"], check=True)
     model, tok, _ = models.load(args.model)
-    prompts = [np.asarray(tok(tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True),
-                              add_special_tokens=False)["input_ids"], dtype=np.int64)  # as the server tokenizes
-               for _, messages, _ in jobs(args.workloads, args.per_workload, args.max_prompt, tok, args.data)]
+    prompts = [chat_ids(tok, messages) for _, messages, _ in  # as the server tokenizes
+               jobs(args.workloads, args.per_workload, args.max_prompt, tok, args.data)]
     engine = Engine(model)
     print(f"# {len(prompts)} prompts, {args.max_new} new tokens, {args.threads} threads, load "
           f"{os.getloadavg()[0]:.2f}, {platform.processor() or platform.machine()}", flush=True)

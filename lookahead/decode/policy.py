@@ -158,7 +158,8 @@ class StepTimes:
 
     A cost model measured at batch 1 misses what a batch adds (at 16 rows of 800-token contexts a plain step of
     SmolLM2 on this CPU took 2.6 one-token forwards, where the batch-1 curve says 1.5 for 16 tokens), so the engine
-    times its steps: per batch size (rounded up to a power of two), the seconds per row of a plain step and what
+    times its steps, whole (the drafts, the forward, the acceptance, each row's advance: the host's part grows with
+    the drafts too): per batch size (rounded up to a power of two), the seconds per row of a plain step and what
     each draft column adds per row (exponential averages of the steps seen). Until a batch size's plain step was
     timed, its costs are the model's (`step_cost` of the whole step's tokens on the model's line: a measured curve's
     steps, such as a forward of 17 tokens costing twice one of 16, are a batch of one's); until a wider step was

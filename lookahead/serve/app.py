@@ -52,10 +52,7 @@ class Served:
         or the completion prompt's text or ids."""
         tok = self.tokenizer
         if req.chat:
-            if getattr(tok, "chat_template", None):
-                text = tok.apply_chat_template(req.messages, tokenize=False, add_generation_prompt=True)
-                return np.asarray(tok(text, add_special_tokens=False)["input_ids"], dtype=np.int64)
-            return np.asarray(tok(chat_text(req.messages))["input_ids"], dtype=np.int64)
+            return chat_ids(tok, req.messages)
         if isinstance(req.prompt, str):
             return np.asarray(tok(req.prompt)["input_ids"], dtype=np.int64)
         ids = np.asarray(req.prompt, dtype=np.int64)
@@ -88,6 +85,15 @@ class Served:
 def chat_text(messages: list) -> str:
     """A conversation as plain text, for a model without a chat template: each message's content on its line."""
     return "\n".join(m["content"] for m in messages)
+
+
+def chat_ids(tokenizer, messages: list) -> np.ndarray:
+    """The prompt ids of a conversation as the server makes them: the tokenizer's chat template with the generation
+    prompt, or without one the contents, a line each (`chat_text`)."""
+    if getattr(tokenizer, "chat_template", None):
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return np.asarray(tokenizer(text, add_special_tokens=False)["input_ids"], dtype=np.int64)
+    return np.asarray(tokenizer(chat_text(messages))["input_ids"], dtype=np.int64)
 
 
 def make_app(served: Served) -> FastAPI:

@@ -32,6 +32,7 @@ from serve import DATA, jobs
 
 from lookahead import models
 from lookahead.serve.app import chat_ids
+from lookahead.runtime.malloc import keep_freed_memory
 from lookahead.serve.engine import Engine
 from lookahead.serve.row import Drafting, Row, Sampling
 
@@ -81,6 +82,7 @@ def main() -> None:
     p.add_argument("--data", type=Path, default=DATA)
     args = p.parse_args()
     torch.set_num_threads(args.threads)
+    keep_freed_memory()  # as `lookahead serve` does first (`server.configure`)
     # the engine times numba's kernels, not their Python twins beside a background compiler (`lookahead.runtime.jit`)
     if not args.no_warm:
         subprocess.run([sys.executable, "-m", "lookahead.warm"], check=True)

@@ -52,6 +52,9 @@ def _built_on_one_thread(options: dict, threads: int | None) -> tuple:
     def own() -> None:
         import torch
 
+        from ..runtime.malloc import keep_freed_memory
+
+        keep_freed_memory()  # as `server.configure` does for `lookahead serve`
         try:
             if threads is not None:
                 torch.set_num_threads(threads)

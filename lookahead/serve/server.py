@@ -81,8 +81,14 @@ class Running:
 
 
 def configure(args) -> None:
-    """What every `lookahead serve` engine sets first: the log (`lookahead`, at --log-level) and torch's threads."""
+    """What every `lookahead serve` engine sets first: the log (`lookahead`, at --log-level), torch's threads, and
+    an allocator that keeps the memory it frees (`runtime.malloc`: the steps' tensors then reuse it rather than
+    fault in fresh pages)."""
     import torch
+
+    from ..runtime.malloc import keep_freed_memory
+
+    keep_freed_memory()
 
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("%(levelname)s:     %(message)s"))

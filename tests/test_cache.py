@@ -11,7 +11,7 @@ _OPS = st.lists(st.one_of(
     st.tuples(st.just("append"), st.integers(1, 300)),
     st.tuples(st.just("rollback"), st.integers(0, 40)),
     st.tuples(st.just("keep"), st.integers(1, 6)),
-    st.tuples(st.just("rows"), st.integers(0, 1)),
+    st.tuples(st.just("rows"), st.integers(0, 2)),  # 0, 1: a row leaves; 2: the rows' order reversed
 ), min_size=1, max_size=25)
 
 
@@ -39,10 +39,10 @@ def test_a_growing_layer_holds_what_a_concatenating_one_holds(ops, seed):
             for cache in (grown, plain):
                 keep_slots(cache, start, slots)
         elif op == "rows" and length and rows > 1:
-            keep = torch.tensor([r for r in range(rows) if r != n % rows])
+            keep = torch.arange(rows).flip(0) if n == 2 else torch.tensor([r for r in range(rows) if r != n % rows])
             for cache in (grown, plain):
                 select_rows(cache, keep)
-            rows -= 1
+            rows = len(keep)
         assert grown.get_seq_length() == plain.get_seq_length()
         if plain.get_seq_length():
             assert torch.equal(grown.layers[0].keys, plain.layers[0].keys)
@@ -59,6 +59,19 @@ def test_appending_writes_in_place_until_the_buffer_fills():
     assert layer.keys.data_ptr() == first and layer.get_seq_length() == 300
     layer.update(torch.ones(1, 2, 60, 4), torch.ones(1, 2, 60, 4))  # past 100 + 256 slots: a new buffer
     assert layer.keys.data_ptr() != first and layer.keys[0, 0, :, 0].sum() == 260
+
+
+def test_rows_that_leave_make_the_others_move_up_in_place():
+    """A batch losing rows keeps its buffers (no fresh memory to fault in), and the next step still writes in place."""
+    layer = GrowingLayer()
+    keys = torch.arange(4 * 2 * 10 * 3, dtype=torch.float32).reshape(4, 2, 10, 3)
+    layer.update(keys, -keys)
+    first = layer.keys.data_ptr()
+    layer.batch_select_indices(torch.tensor([0, 2, 3]))
+    assert layer.keys.data_ptr() == first and torch.equal(layer.keys, keys[[0, 2, 3]])
+    assert torch.equal(layer.values, -keys[[0, 2, 3]])
+    layer.update(torch.ones(3, 2, 1, 3), torch.ones(3, 2, 1, 3))
+    assert layer.keys.data_ptr() == first and torch.equal(layer.keys[:, :, :10], keys[[0, 2, 3]])
 
 
 def test_full_attention_layers_grow_and_encoder_decoders_keep_theirs():

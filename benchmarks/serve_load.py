@@ -26,7 +26,6 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 from serve import DATA, jobs
 
@@ -103,8 +102,8 @@ def main() -> None:
                         out = level(engine, prompts, clients, args.max_new, lookup, tok)
                         results.setdefault((clients, lookup), []).append(out)
                         print(f"round {r + 1} clients {clients:3d} {lookup:6s}: {out['tok_per_s']:6.2f} tok/s, "
-                              f"{out['tokens']} tokens in {out['seconds']:.1f} s, {out['steps']} steps in {out['step_seconds']:.1f} s "
-                              f"({out['step_tok_per_s']:.2f} tok/s), drafted "
+                              f"{out['tokens']} tokens in {out['seconds']:.1f} s, {out['steps']} steps in "
+                              f"{out['step_seconds']:.1f} s ({out['step_tok_per_s']:.2f} tok/s), drafted "
                               f"{out['drafted']}, accepted {out['accepted']}, load {os.getloadavg()[0]:.2f}",
                               flush=True)
         except BaseException as error:  # noqa: BLE001: said after the engine stops

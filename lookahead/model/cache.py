@@ -67,7 +67,8 @@ class GrowingLayer(DynamicLayer or object):
     def batch_select_indices(self, indices: torch.Tensor) -> None:
         """Keep the batch rows `indices`. Rows kept in their order (rows leaving a batch) move up inside the buffers,
         their held slots only: a server's batch loses rows one step after another, and a fresh copy of the buffers
-        each time (as indexing makes) cost SmolLM2's 16-row steps a page fault per 4 KiB of cache."""
+        each time (as indexing makes) is fresh memory to fault in (with it, the server at 16-64 SmolLM2 rows was
+        3-5% slower than plain decoding; benchmarks/RESULTS.md, "Under load"). Rows in another order: a copy."""
         n = self.get_seq_length()
         if n > 0 and self._backed():
             keep = indices.tolist()

@@ -588,6 +588,34 @@ def test_a_full_batch_of_weak_bets_verifies_no_drafts_and_a_strong_one_pays_for_
     assert len(weak[0].draft(budgets[0], width, width)) <= width
 
 
+def test_a_batch_whose_drafts_lost_steps_its_greedy_rows_plainly(reference, monkeypatch):
+    """Where steps with drafts gave fewer tokens per second than plain ones at a batch size (`StepTimes.drafts`),
+    the batch's greedy rows verify no drafts and ask their policies for none (at 64 rows that work cost 1-2 ms a
+    step); they still gain greedy's tokens."""
+    from lookahead.serve.engine import Engine
+    from lookahead.serve.row import Drafting, Row, Sampling
+
+    model, tok = reference
+    engine = Engine(model)  # its steps timed
+    engine.times.plain[4], engine.times.wide[4] = 1e-3, 1.0  # 3-4 rows: drafts gave a tenth of plain steps' rate
+    engine.times.PROBE = 10**9  # and no step probes the other way
+    asked = []
+    budget = Row.budget
+    monkeypatch.setattr(Row, "budget", lambda row, b: asked.append(b) or budget(row, b))
+    ids = [np.array(prompt_ids(reference, text) * 2, dtype=np.int64) for text in PROMPTS[:3]]  # repeats: matches
+    rows = [Row(p, 12, (), Sampling(0.0), Drafting(), tok) for p in ids]
+    for row in rows:
+        engine.submit(row)
+    try:
+        with torch.inference_mode():
+            while not all(row.done for row in rows):
+                engine._turn()  # the three rows join before the first step
+    finally:
+        engine.stop()
+    assert engine.peak == 3 and not asked and all(row.stats.draft_tokens == 0 for row in rows)
+    assert [row.out for row in rows] == [greedy_ids(reference, p, 12) for p in ids]
+
+
 def test_a_row_left_out_of_a_step_learns_from_the_tokens_that_come(reference):
     """A greedy row that verifies no draft (the batch's width left it out) keeps the draft it would have verified
     and scores it against the tokens the target gives: all of them accepted teach its policy a hit, a mismatch a

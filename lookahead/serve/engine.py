@@ -270,9 +270,13 @@ class Engine:
         self.peak = max(self.peak, b)
         target.pads = self.pads if b == 1 else None  # where a wider forward costs less (measured at batch 1)
         most = getattr(target, "most", None)  # the static step's widest: no row verifies more
-        budgets = [row.budget(b) if most is None else min(row.budget(b), most) for row in rows]
+        # a batch of chains whose steps with drafts lost at this size (`StepTimes.drafts`) verifies only its sampling
+        # rows' drafts: its greedy rows ask nothing of their policies (at 64 SmolLM2 rows 1-2 ms a step)
+        drafting = b == 1 or not all(row.chain for row in rows) or self.times.drafts(b)
+        budgets = [0 if row.sampling.greedy and not drafting else
+                   row.budget(b) if most is None else min(row.budget(b), most) for row in rows]
         fill = target.padded(max(budgets))  # the columns the step computes anyway
-        width = self._width(rows, budgets, fill) if b > 1 else None
+        width = self._width(rows, budgets, fill, drafting) if b > 1 else None
         if width is not None:
             fill = width
         drafts = [row.draft(n, fill, width if row.sampling.greedy else None) for row, n in zip(rows, budgets)]
@@ -296,18 +300,19 @@ class Engine:
             self.times.record(b, drafted.width, time.perf_counter() - start, b + int(verdict.counts.sum()))
         self._drop(batch, done)
 
-    def _width(self, rows: list, budgets: list, fill: int):
+    def _width(self, rows: list, budgets: list, fill: int, drafting: bool = True):
         """The most draft tokens a greedy row verifies in this step: the width with the most tokens expected per unit
         of cost for the whole batch (`policy.batch_width`; every row computes the widest row's columns, and at a
         large batch a step costs what all its tokens cost), the costs as this engine's steps were timed
-        (`policy.StepTimes`), at least what sampling rows draft (theirs are their own: a seed replays); 0 where
-        drafting gave fewer tokens per second than plain steps at this batch size (`StepTimes.drafts`); None (each
-        row as it asks) when a row drafts a tree."""
+        (`policy.StepTimes`), at least what sampling rows draft (theirs are their own: a seed replays); only that where
+        `drafting` is False (a plain step first, or drafting gave fewer tokens per second than plain steps at this
+        batch size: `StepTimes.drafts`, asked once a step); None (each row as it asks) when a row drafts a tree."""
+        if not drafting:
+            return max((row.outlook(n, fill)[1] for row, n in zip(rows, budgets) if not row.sampling.greedy),
+                       default=0)
         outlooks = [row.outlook(n, fill) for row, n in zip(rows, budgets)]
         if any(chance is None for chance, _ in outlooks):
             return None
-        if not self.times.drafts(len(rows)):  # a plain step first, or drafting lost at this batch size
-            return max((int(r) for row, (_, r) in zip(rows, outlooks) if not row.sampling.greedy), default=0)
         chances, reach = np.array(outlooks, dtype=float).T
         least = max((int(r) for row, (_, r) in zip(rows, outlooks) if not row.sampling.greedy), default=0)
         return batch_width(chances, reach, self.times.costs(len(rows), int(reach.max()), least))

@@ -213,7 +213,7 @@ class Row:
         if self.tree is not None:
             batch = DraftBatch.pack([draft], False)
             self.tree.update(batch, Verdict.of_paths([list(path)], np.zeros(1, dtype=np.int64)))
-        else:
+        elif len(draft):  # a chain that drafted nothing teaches nothing (`_policy_kernels.record`)
             self.length.update(np.array([draft.match_length]), np.array([len(draft)]), np.array([len(path)]))
 
     def _from_prediction(self, draft: Draft) -> bool:

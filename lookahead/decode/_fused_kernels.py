@@ -29,7 +29,7 @@ from numba import njit, typed
 from ..index import _kernels as NK
 from ..index import _suffix_build as SB
 from ..index._suffix_draft import Scratch, suffix_chain, suffix_tree
-from ..verify._kernels import greedy_tree
+from ..verify._kernels import greedy_chain, greedy_tree
 from ._policy_kernels import choose, pack_picked, record, tree_pick, tree_record, tree_size
 
 PTR, RUN = NK.PTR, NK.RUN
@@ -184,13 +184,10 @@ def _accept_chains(targets, drafts, sizes, matches, edges, accepted, rejected, v
     """Greedy acceptance of chains (counts, bonus), counted in totals, what it teaches the policy, and each row's
     gained tokens (`_gain`); returns the rows done and where each row's gained tokens start in `out`."""
     r = drafts.shape[0]
+    greedy_chain(drafts, sizes, targets, counts, bonus)  # the rule every greedy chain is accepted by
     for k in range(r):
-        a = 0
-        while a < sizes[k] and drafts[k, a] == targets[k, a]:
-            a += 1
-        counts[k], bonus[k] = a, targets[k, a]
         totals[0] += sizes[k]
-        totals[1] += a
+        totals[1] += counts[k]
     record(matches, sizes, counts, edges, accepted, rejected, version)
     finished, path, starts = 0, np.arange(drafts.shape[1]), np.empty(r, np.int64)
     for k in range(r):

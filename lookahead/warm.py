@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 from . import models
+from .decode import _warm_up
 from .runtime import jit as _jit
 from .generate import generate
 
@@ -69,6 +70,7 @@ def _compile(path: Path, todo: list, done: list, progress: bool) -> None:
     with tqdm(total=len(todo), desc="lookahead: compiling kernels", unit="kind", disable=not progress) as bar:
         for kind in todo:
             bar.set_postfix_str(" ".join(map(str, kind)))
+            _warm_up.kind(*kind)  # every kernel signature a call of the kind uses (the one warm-up)
             _serve(model, tok, g) if kind == _jit.SERVED else _call(model, kind, g)
             done.append(list(kind))
             tmp = path.with_suffix(".tmp")

@@ -281,21 +281,28 @@ def test_tree_draft_kernel_keeps_what_tree_sizing_keeps():
             assert np.allclose(probs[k, :len(d)], d.probs) and not probs[k, len(d):widest].any()
 
 
-def test_the_warm_ups_compile_every_kernel_signature_a_call_uses(stories):
+def test_the_warm_up_compiles_every_kernel_signature_a_call_uses(stories):
     """Calls of one row and of three (whose drafts are views numba types by another layout), chains and trees,
-    static and dynamic, compile no kernel specialisation beyond what the warm-ups compiled: none waits for numba."""
-    from lookahead.decode import _fused_kernels as K, _fused_recycle as KR, _fused_warmup as W
+    static and dynamic, compile no kernel specialisation of the indexes, the policies, the acceptance rules or the
+    fused step beyond what the one warm-up compiled for their kinds (`decode._warm_up.kind`): none waits for numba."""
+    import importlib
 
-    W.warm_up_chains(), W.warm_up_suffix_chains(), W.warm_up_trees(), W.warm_up_recycle_trees()
-    names = ("draft", "draft_suffix", "draft_trees", "step", "step_suffix", "step_trees")
-    kernels = {name: getattr(K, name) for name in names} | {name: getattr(KR, name) for name in
-                                                           ("draft_recycle_trees", "step_recycle_trees")}
+    from lookahead.decode import _warm_up
+
+    calls = [(kind, cache, rows) for kind in ({}, SUFFIX, TREES, MERGED) for cache in ("static", "dynamic")
+             for rows in (slice(0, 1), slice(0, 3))]
+    for kind, cache, rows in calls:
+        _warm_up.kind(kind.get("lookup", "ngram"), kind.get("draft", "chain"), rows.stop, cache, "greedy")
+    modules = [importlib.import_module(f"lookahead.{name}") for name in (
+        "index._kernels", "index._suffix_build", "index._suffix_draft", "decode._policy_kernels",
+        "verify._kernels", "decode._fused_kernels", "decode._fused_recycle")]
+    kernels = {f"{m.__name__}.{name}": k for m in modules for name, k in vars(m).items()
+               if hasattr(k, "signatures") and getattr(k, "py_func", None) is not None
+               and k.py_func.__module__ == m.__name__}
     warm = {name: len(kernel.signatures) for name, kernel in kernels.items()}
     ids, mask = _story_batch(stories)
-    for kind in ({}, SUFFIX, TREES, MERGED):
-        for cache in ("static", "dynamic"):
-            for rows in (slice(0, 1), slice(0, 3)):
-                out = generate(stories, ids[rows], attention_mask=mask[rows], max_new_tokens=30,
-                               cache_implementation=cache, **kind)
-                assert out.shape[0] == rows.stop
+    for kind, cache, rows in calls:
+        out = generate(stories, ids[rows], attention_mask=mask[rows], max_new_tokens=30, cache_implementation=cache,
+                       **kind)
+        assert out.shape[0] == rows.stop
     assert {name: len(kernel.signatures) for name, kernel in kernels.items()} == warm

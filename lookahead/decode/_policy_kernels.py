@@ -8,7 +8,6 @@ recomputed only when a step taught its bucket something (`version` moved past th
 Every per-bucket array (accepted, rejected, version, table, seen; the calibration's accepted and seen) is as long as
 its edges, and a bucket index is < len(edges) (`bucket`): the policy objects allocate them from the same edges.
 """
-import functools
 
 import numpy as np
 from numba import njit
@@ -171,25 +170,3 @@ def tree_record(parents, sizes, probs, depths, cols, counts, edges, accepted, se
         while f < floors[i] and f < counts[i] and cols[i, f + 1] - 1 == chain[f]:
             f += 1
         followed[i] = f
-
-
-@functools.cache
-def warm_up() -> None:
-    """Compile (or load from cache) the kernels on a non-empty input, once per process: the first unfused call that
-    sizes a draft calls it (not the import; the fused step compiles these inside its own kernels)."""
-    edges = np.array([0, 1, 2], dtype=np.int64)
-    accepted, rejected = np.ones(3), np.ones(3)
-    version, seen, table = np.zeros(3, np.int64), np.full(3, -1, np.int64), np.zeros(3, np.int64)
-    matches, one = np.array([2], np.int64), np.ones(1, np.int64)
-    choose(matches, edges, accepted, rejected, version, np.ones(3), table, seen, np.zeros(1, np.int64))
-    record(matches, one, one, edges, accepted, rejected, version)
-    fedges, probs = np.array([0.0, 0.5]), np.array([[0.9, 0.2]])
-    tree_size(probs[0], fedges, accepted[:2], rejected[:2], 4.0, np.ones(3))
-    pick, path = np.zeros(2, np.int64), np.zeros(2, np.int64)
-    total = tree_pick(np.array([-1, 0], np.int64), 1, 0, 2, False, pick, path)
-    pack_picked(np.array([3, 4], np.int64), np.array([-1, 0], np.int64), probs[0], pick, total, np.zeros(2, np.int64),
-                np.zeros(2, np.int64), np.zeros(2), np.zeros(2, np.int64))
-    parents, cols = np.array([[-1, 0]], np.int64), np.array([[0, 1]], np.int64)
-    first_path(parents[0], 2, np.zeros(2, dtype=np.int64))
-    tree_record(parents, one * 2, probs, one, cols, one, fedges, accepted[:2], rejected[:2], one.copy(), one.copy(),
-                np.zeros(2, np.bool_))

@@ -13,14 +13,12 @@ reason).
 """
 from __future__ import annotations
 
-import functools
 
 import numpy as np
 from numba import typed
 
 from ..runtime.jit import interpreted, kernels
 from . import _fused_kernels, _fused_recycle
-from . import _fused_warmup as W
 from ._fused_kernels import Calibration, Chains, Policy, Rows, Sizing, Trees, TreeWork
 from ..index.ngram import NgramIndex
 from ..index.recycle import RecycleIndex
@@ -57,12 +55,8 @@ class _Fused:
         indexes: the rows' indexes.
     """
 
-    warm_up = staticmethod(lambda many: None)  # compiles the kernels once per process: one row's, then several's
-
     def __init__(self, target, run, max_new: int, clock, indexes: list):
         self.lists = list if interpreted() else typed.List  # the Python twins take plain lists (`runtime.jit`)
-        if self.lists is typed.List:
-            self.warm_up(len(indexes) > 1)
         self.target, self.run, self.max_new, self.clock = target, run, max_new, clock
         self.budget = run.sizing.max_nodes if not run.sizing.chain else run.sizing.length.max_tokens
         self.eos = np.array(sorted(run.stopper.eos), dtype=np.int64)
@@ -173,7 +167,6 @@ class _Fused:
 class FusedChains(_Fused):
     """Greedy chains from `NgramIndex`es, fused (`_fused_kernels.draft` first, then `step`: `accept` and `draft`)."""
 
-    warm_up = staticmethod(functools.cache(W.warm_up_chains))
 
     def __init__(self, target, run, max_new: int, clock, indexes: list):
         super().__init__(target, run, max_new, clock, indexes)
@@ -200,7 +193,6 @@ class _FusedSuffix(_Fused):
 class FusedSuffixChains(_FusedSuffix):
     """Greedy chains from `SuffixIndex`es, fused (`_fused_kernels.draft_suffix` first, then `step_suffix`)."""
 
-    warm_up = staticmethod(functools.cache(W.warm_up_suffix_chains))
 
     def _draft(self, lists, s: dict, d) -> int:
         return kernels(_fused_kernels).draft_suffix(lists, s["rows"], s["sizing"], s["policy"], d)
@@ -216,7 +208,6 @@ class FusedSuffixChains(_FusedSuffix):
 class FusedTrees(_FusedSuffix):
     """Greedy trees from `SuffixIndex`es, fused (`_fused_kernels.draft_trees` first, then `step_trees`)."""
 
-    warm_up = staticmethod(functools.cache(W.warm_up_trees))
 
     def _step_buffers(self, r: int, lens: np.ndarray, out: np.ndarray, last: np.ndarray) -> dict:
         width, sizing = max(self.budget, 1), self.run.sizing  # the draft buffers' width (`_drafts`): a step's trees
@@ -261,7 +252,6 @@ class FusedRecycleTrees(FusedTrees):
     (`_fused_recycle`): each step's forward also gives the top-k after every column (`recycling.top_k`), which M
     learns inside the step's kernel call."""
 
-    warm_up = staticmethod(functools.cache(W.warm_up_recycle_trees))
 
     @staticmethod
     def takes(indexes: list, run) -> bool:

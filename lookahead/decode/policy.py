@@ -296,7 +296,6 @@ class DraftLength:
         kern = kernels(_policy_kernels)
         matches = np.asarray(match_lengths, dtype=np.int64)
         out = np.empty(len(matches), dtype=np.int64)
-        kern.warm_up()
         kern.choose(matches, _BUCKETS, self.accepted, self.rejected, self.version, *self.tables(len(matches)), out)
         return out
 
@@ -311,7 +310,6 @@ class DraftLength:
     def update(self, match_lengths: np.ndarray, drafted: np.ndarray, accepted: np.ndarray) -> None:
         """Record a step: the rows' match lengths, how many tokens each drafted and how many were accepted."""
         kern = kernels(_policy_kernels)
-        kern.warm_up()
         kern.record(np.asarray(match_lengths, dtype=np.int64), np.asarray(drafted, dtype=np.int64),
                  np.asarray(accepted, dtype=np.int64), _BUCKETS, self.accepted, self.rejected, self.version)
 

@@ -90,7 +90,6 @@ class TreeSizing:
         `padded(n)` as for chains: every row keeps as many nodes as the forward computes anyway."""
         kern = kernels(_policy_kernels)
         costs, cal = self.step_costs(len(indexes)), self.calibration
-        kern.warm_up()
         pick, path = np.empty(self.max_nodes, dtype=np.int64), np.empty(self.max_nodes, dtype=np.int64)
         trees, sizes = [], []
         for ix, room, k in zip(indexes, rooms, self.length.choose(_matches(indexes))):
@@ -126,7 +125,6 @@ def first_path(parents: np.ndarray, k: int) -> list:
     """
     kern = kernels(_policy_kernels)
     out = np.empty(max(k, 0), dtype=np.int64)
-    kern.warm_up()
     return out[:kern.first_path(parents, k, out)].tolist()
 
 

@@ -1,12 +1,11 @@
 """NgramIndex: incremental n-gram lookup over the tokens seen so far (prompt, output, documents)."""
 from __future__ import annotations
 
-import functools
 
 import numpy as np
 
 from .._checks import check_int
-from ..runtime.jit import interpreted, kernels
+from ..runtime.jit import kernels
 from . import _kernels
 from ._tokens import as_token_array, draft_budget, grown, range_error, table_size as _table_size
 
@@ -65,8 +64,6 @@ class NgramIndex:
         self._table = _empty_table(_table_size(_MIN_CAPACITY * 2))
         self._state = K.STATE.copy()
         self._out = np.empty(64, dtype=np.int64)
-        if not interpreted():  # the Python twins need no compiling (`lookahead.runtime.jit`)
-            _warm_up()
 
     def __len__(self) -> int:
         return int(self._state[K.N])
@@ -156,17 +153,3 @@ class NgramIndex:
 def _empty_table(slots: int) -> np.ndarray:
     """An empty hash table of `slots` slots (a power of two), in the kernels' layout."""
     return np.zeros((slots, K.SLOT), dtype=np.uint64)
-
-
-@functools.cache
-def _warm_up() -> None:
-    """Compile (or load from cache) the kernels once per process, on a non-empty input."""
-    hist = np.zeros(16, np.int32)
-    table = _empty_table(1024)
-    state = K.STATE.copy()
-    for dtype in (np.int64, np.int32):
-        state[:] = K.STATE
-        table[:] = 0
-        K.ngram_extend(np.array([1, 2, 1, 2], dtype), hist, table, state, 4, 1)
-    K.ngram_propose(hist, state, 2, np.empty(2, np.int64))
-    K.ngram_rebuild(hist, 4, table, 4)

@@ -1,12 +1,11 @@
 """SuffixIndex: drafts from the longest recurring suffix of any length, as a chain or a tree."""
 from __future__ import annotations
 
-import functools
 
 import numpy as np
 
 from .._checks import check_float, check_int
-from ..runtime.jit import interpreted, kernels
+from ..runtime.jit import kernels
 from . import _suffix_build, _suffix_draft
 from ._suffix_build import Automaton
 from ._suffix_draft import Scratch
@@ -94,8 +93,6 @@ class SuffixIndex:
         self._allocate(_MIN_CAPACITY)
         self._buf = None
         self._buffers(32)
-        if not interpreted():  # the Python twins need no compiling (`lookahead.runtime.jit`)
-            _warm_up()
 
     def __len__(self) -> int:
         return int(self._sam.meta[K.N])
@@ -254,18 +251,3 @@ class SuffixIndex:
                                 heap=np.empty(rows, dtype=np.int32), chain=np.empty(size, dtype=np.int64),
                                 tree=np.empty((2, size), dtype=np.int64), probs=np.empty(size, dtype=np.float64))
             self._scratch = tuple(self._buf)
-
-
-@functools.cache
-def _warm_up() -> None:
-    """Compile (or load from cache) the kernels once per process, on a non-empty input."""
-    idx = SuffixIndex.__new__(SuffixIndex)
-    idx.min_prob, idx.max_branch, idx.half_life, idx.max_guesses = 0.0, 2, 1.0, 2
-    idx._allocate(16)
-    idx._buf = None
-    idx._buffers(4)
-    for dtype in (np.int32, np.int64):
-        idx.extend(np.array([1, 2, 3, 1, 2, 4, 1, 2], dtype))
-    idx.propose(4)
-    idx.propose_tree(4)
-    idx.reserve(64)

@@ -164,13 +164,7 @@ def _kept(items, keep):
     return [item for item, k in zip(items, keep) if k]
 
 
-def _nothing(*args, **kwargs) -> None:
-    """A warm-up's twin: there is nothing to compile."""
-
-
-_OVERRIDES = {"lookahead.decode._fused_kernels": {"kept": _kept},
-              "lookahead.decode._policy_kernels": {"warm_up": _nothing},
-              "lookahead.verify._kernels": {"warm_up": _nothing}}
+_OVERRIDES = {"lookahead.decode._fused_kernels": {"kept": _kept}}
 
 
 @functools.cache

@@ -5,9 +5,7 @@ nothing. They replace per-row, per-depth Python loops whose cost grew with the b
 allocated by their callers from the inputs' own shapes (`tree.ancestry`, `tree.greedy_tree_accept`,
 `greedy.greedy_accept_with_bonus`, the fused step's buffers), which is what keeps the writes inside them.
 """
-import functools
 
-import numpy as np
 from numba import njit
 
 
@@ -66,16 +64,3 @@ def greedy_tree(tokens, parents, sizes, targets, paths, counts, bonus):
                     break
         counts[i] = a
         bonus[i] = targets[i, col]
-
-
-@functools.cache
-def warm_up() -> None:
-    """Compile (or load from cache) the kernels on a non-empty input, once per process: the first call that accepts
-    a draft calls it (not the import, so that a call compiles only the kernels it uses)."""
-    parents = np.array([[-1, 0, -1]], dtype=np.int64)
-    tokens = np.array([[5, 6, 7]], dtype=np.int64)
-    targets = np.array([[5, 6, 0, 0]], dtype=np.int64)
-    ancestry(parents, np.zeros((1, 4, 4), dtype=np.bool_), np.zeros((1, 4), dtype=np.int64))
-    one, two = np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64)
-    greedy_chain(tokens, np.array([3], dtype=np.int64), targets, one, two)
-    greedy_tree(tokens, parents, np.array([3], dtype=np.int64), targets, np.zeros((1, 3), dtype=np.int64), one, two)

@@ -25,6 +25,5 @@ def greedy_accept_with_bonus(drafts: np.ndarray, draft_lens: np.ndarray, targets
     """(accepted [B], the target's token after them [B]): `greedy_accept` and the next token in one pass."""
     kern = kernels(_kernels)
     counts, bonus = np.empty(len(drafts), dtype=np.int64), np.empty(len(drafts), dtype=np.int64)
-    kern.warm_up()
     kern.greedy_chain(drafts, draft_lens, targets, counts, bonus)
     return counts, bonus

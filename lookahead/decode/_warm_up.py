@@ -1,39 +1,96 @@
-"""Warm-ups of the fused step's kernels (`_fused_kernels`): each compiled (or loaded from numba's cache) on a small
-input for every argument type the loop passes, once per process, on the first fused call of its kind: one row's
-types (tuples of arrays), and the typed lists of several rows only once a call has several (`many`): compiling
-those costs a fresh install tens of seconds that a one-row call never needs."""
+"""The one warm-up: a small call of every kernel signature lookahead's calls use, so that no call of a compiled kind
+waits for numba (`lookahead.runtime.jit`). ``lookahead warm`` (`lookahead.warm`, in the foreground or as the
+background compiler) runs `kind` before each kind's own short call: the index, policy and acceptance kernels, and
+the fused step's for the kind's lookup, draft and rows: one row's types (tuples of arrays), and the typed lists of
+several rows only for a kind of several (compiling those costs a fresh install tens of seconds that a one-row call
+never needs). Nothing else compiles ahead: a kernel whose signature none of these calls made compiles at its first
+call, where numba puts it (`tests/test_fused.py` holds every call of every kind to these signatures)."""
 import numpy as np
 from numba import typed
 
+from ..index.ngram import NgramIndex
+from ..index.suffix import SuffixIndex
+from ..verify import _kernels as _verify_kernels
+from . import _policy_kernels
 from ._fused_kernels import (Calibration, Chains, Policy, Rows, Sizing, Trees, TreeWork, draft, draft_suffix,
                              draft_trees, kept, step, step_suffix, step_trees)
 from ._fused_recycle import draft_recycle_trees, step_recycle_trees
 
 
-def warm_up_chains(many: bool = False) -> None:
-    """Compile (or load from cache) the chain kernels on a non-empty input, for one row (tuples) and, if `many`, more
-    (typed lists). The step kernels take whole draft buffers and a width: one type however wide a step is."""
-    from ..index.ngram import NgramIndex
+def kind(lookup: str, draft: str, rows: int, cache: str, decoding: str) -> None:
+    """Compile (or load from numba's cache) the kernels a call of this kind (`jit.KINDS`) uses, on small inputs."""
+    policy(), acceptance(), indexes()
+    fused = {("ngram", "chain"): chains, ("suffix", "chain"): suffix_chains,
+             ("suffix", "tree"): trees, ("suffix+recycle", "tree"): recycle_trees}
+    if decoding == "greedy" and (lookup, draft) in fused:  # sampling and the server's loop are unfused
+        fused[lookup, draft](rows > 1)
 
+
+def indexes() -> None:
+    """The n-gram and suffix indexes' kernels: extending by int64 and int32 ids, proposing, growing."""
+    for index in (NgramIndex(4), SuffixIndex(min_prob=0.0, max_branch=2, half_life=1.0, max_guesses=2)):
+        for dtype in (np.int64, np.int32):
+            index.extend(np.array([1, 2, 3, 1, 2, 4, 1, 2], dtype))
+        index.propose(4)
+        if isinstance(index, SuffixIndex):
+            index.propose_tree(4)
+        index.reserve(4096)  # past the first capacity: the arrays grow and the table is rebuilt
+
+
+def policy() -> None:
+    """The sizing policies' kernels (`DraftLength`, `TreeSizing`, `TreeCalibration`)."""
+    k = _policy_kernels
+    edges = np.array([0, 1, 2], dtype=np.int64)
+    accepted, rejected = np.ones(3), np.ones(3)
+    version, seen, table = np.zeros(3, np.int64), np.full(3, -1, np.int64), np.zeros(3, np.int64)
+    matches, one = np.array([2], np.int64), np.ones(1, np.int64)
+    k.choose(matches, edges, accepted, rejected, version, np.ones(3), table, seen, np.zeros(1, np.int64))
+    k.record(matches, one, one, edges, accepted, rejected, version)
+    fedges, probs = np.array([0.0, 0.5]), np.array([[0.9, 0.2]])
+    k.tree_size(probs[0], fedges, accepted[:2], rejected[:2], 4.0, np.ones(3))
+    pick, path = np.zeros(2, np.int64), np.zeros(2, np.int64)
+    total = k.tree_pick(np.array([-1, 0], np.int64), 1, 0, 2, False, pick, path)
+    k.pack_picked(np.array([3, 4], np.int64), np.array([-1, 0], np.int64), probs[0], pick, total,
+                  np.zeros(2, np.int64), np.zeros(2, np.int64), np.zeros(2), np.zeros(2, np.int64))
+    parents, cols = np.array([[-1, 0]], np.int64), np.array([[0, 1]], np.int64)
+    k.first_path(parents[0], 2, np.zeros(2, dtype=np.int64))
+    k.tree_record(parents, one * 2, probs, one, cols, one, fedges, accepted[:2], rejected[:2], one.copy(), one.copy(),
+                  np.zeros(2, np.bool_))
+
+
+def acceptance() -> None:
+    """The acceptance kernels (`lookahead.verify`): tree ancestry, greedy chains and trees."""
+    k = _verify_kernels
+    parents = np.array([[-1, 0, -1]], dtype=np.int64)
+    tokens = np.array([[5, 6, 7]], dtype=np.int64)
+    targets = np.array([[5, 6, 0, 0]], dtype=np.int64)
+    k.ancestry(parents, np.zeros((1, 4, 4), dtype=np.bool_), np.zeros((1, 4), dtype=np.int64))
+    one, two = np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64)
+    k.greedy_chain(tokens, np.array([3], dtype=np.int64), targets, one, two)
+    k.greedy_tree(tokens, parents, np.array([3], dtype=np.int64), targets, np.zeros((1, 3), dtype=np.int64), one,
+                  two)
+
+
+def chains(many: bool = False) -> None:
+    """The fused step's chain kernels (`_fused_kernels`) on a non-empty input, for one row (tuples) and, if `many`, more
+    (typed lists). The step kernels take whole draft buffers and a width: one type however wide a step is."""
     index = NgramIndex(4)
     index.extend(np.array([1, 2, 3, 1, 2], dtype=np.int64))
     for items in _variants(index.kernel_state(), many):
         _warm(*items)
 
 
-def warm_up_trees(many: bool = False) -> None:
+def trees(many: bool = False) -> None:
     """The same for the tree kernels."""
     _warm_suffix(_warm_trees, many)
 
 
-def warm_up_suffix_chains(many: bool = False) -> None:
+def suffix_chains(many: bool = False) -> None:
     """The same for the kernels of chains from suffix indexes."""
     _warm_suffix(_warm_suffix_chains, many)
 
 
 def _warm_suffix(warm, many: bool) -> None:
-    from ..index.suffix import SuffixIndex
-
     suffix = SuffixIndex()
     suffix.extend(np.array([1, 2, 3, 1, 2], dtype=np.int64))
     for items in _variants(suffix.kernel_state(8), many):
@@ -51,7 +108,7 @@ def _variants(items: tuple, many: bool) -> list:
 
 
 def _bundles(r: int) -> tuple:
-    """A length policy (`Policy`), a sizing of at most 4 tokens (`Sizing`) and r rows' `Rows` for the warm-ups."""
+    """A length policy (`Policy`), a sizing of at most 4 tokens (`Sizing`) and r rows' `Rows`."""
     from .policy import _BUCKETS
 
     buckets = len(_BUCKETS)
@@ -104,10 +161,9 @@ def _warm_trees(automata, scratches) -> None:
     step_trees(np.zeros((r, widest + 1), np.int64), now, widest, index, policy, cal, rows, work, sizing, later)
 
 
-def warm_up_recycle_trees(many: bool = False) -> None:
+def recycle_trees(many: bool = False) -> None:
     """The same for the kernels of merged trees (`_fused_recycle`)."""
     from ..index.recycle import Recycled, RecycleIndex
-    from ..index.suffix import SuffixIndex
 
     table = Recycled(16, 2)
     table.update(np.array([1, 2]), np.array([-1, 1]), np.array([[2, 3], [3, 1]]), np.full((2, 2), 0.5, np.float32))

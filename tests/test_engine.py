@@ -21,6 +21,10 @@ class Target:
         tokens = np.concatenate([last[:, None], batch.tokens], axis=1)
         return torch.nn.functional.one_hot(torch.as_tensor(tokens + 1), 64).float()
 
+    def verify_ids(self, last, batch, stats):
+        self.calls.append(("verify_ids", last.tolist(), batch.width))
+        return np.concatenate([last[:, None], batch.tokens], axis=1) + 1
+
     def commit(self, batch, verdict):
         self.calls.append(("commit", verdict.counts.tolist()))
 
@@ -45,10 +49,28 @@ def test_a_step_verifies_accepts_commits_and_moves_each_row_on():
     assert batch.rows == ["a", "b"] and batch.last.tolist() == [3, 10] and not batch.settled
     drafted = DraftBatch.pack([Draft.chain(np.array([4, 5, 9]), 1), Draft.chain(np.array([20]), 1)], True)
     seen = []
-    logits, verdict, gained = batch.step(drafted, lambda d, lg: seen.append(lg.shape) or greedy(d, lg), None)
+    logits, verdict = batch.step(drafted, lambda d, lg: seen.append(lg.shape) or greedy(d, lg), None)
     assert [c[0] for c in target.calls] == ["verify", "commit"] and seen == [(2, 4, 64)]
     assert verdict.counts.tolist() == [2, 0]  # "a" keeps 4, 5 and gets 6; "b" gets 11
-    assert [list(g) for g in gained] == [[4, 5, 6], [11]] and batch.last.tolist() == [6, 11] and batch.settled
+    assert verdict.gained(drafted) == [[4, 5, 6], [11]] and batch.last.tolist() == [6, 11] and batch.settled
+
+
+def test_a_step_on_the_targets_argmax_alone_is_the_same_step():
+    """With `ids` (the fused step's way) the forward gives the target's argmax [b, N+1] on the host instead of
+    logits; the driver's acceptance reads that, and the commit and each row's newest token are as before."""
+    target = Target()
+    batch = Batch(target)
+    batch.admit("a", 3)
+    batch.admit("b", 10)
+    drafted = DraftBatch.pack([Draft.chain(np.array([4, 5, 9]), 1), Draft.chain(np.array([20]), 1)], True)
+
+    def accept(d, ids):
+        counts = np.array([int(np.cumprod(d.tokens[i, :n] == ids[i, :n]).sum()) for i, n in enumerate(d.sizes)])
+        return Verdict(counts, ids[np.arange(2), counts])
+
+    ids, verdict = batch.step(drafted, accept, None, ids=True)
+    assert [c[0] for c in target.calls] == ["verify_ids", "commit"] and ids.shape == (2, 4)
+    assert verdict.gained(drafted) == [[4, 5, 6], [11]] and batch.last.tolist() == [6, 11] and batch.settled
 
 
 def test_retiring_rows_drops_them_from_the_cache_but_never_asks_for_no_rows():

@@ -4,13 +4,14 @@
 index) until every row is done; the server's `Engine` (`serve/engine.py`) admits rows as requests arrive and retires
 them as they finish. Each of their steps is this one:
 
-    the driver drafts -> `Batch.step`: one forward over every row's [last token, draft] (the target's `verify`),
-    the driver's acceptance rule over its logits (greedy, speculative sampling, per row or for the call), the cache
-    keeping each row's accepted path (`commit`), each row's newest token moved on -> the driver advances its rows
-    (append, stream, stop) -> `Batch.retire` drops the finished ones from the batch and from the cache.
+    the driver drafts -> `Batch.step`: one forward over every row's [last token, draft] (the target's `verify`, or
+    `verify_ids`: its argmax only), the driver's acceptance over it (greedy, speculative sampling, per row or for the
+    call; the fused step's kernel), the cache keeping each row's accepted path (`commit`), each row's newest token
+    moved on -> the driver advances its rows (append, stream, stop) -> `Batch.retire` drops the finished ones from
+    the batch and from the cache.
 
-The common calls of `generate` run the fused host step instead (`fused.py`: acceptance, stopping and the next draft
-in one kernel call), over the same target and rows.
+The common calls of `generate` take the same step with the fused host step as their acceptance (`fused.py`: the
+acceptance, stopping, index extension and the next step's draft in one kernel call).
 """
 from __future__ import annotations
 
@@ -44,19 +45,19 @@ class Batch:
         self.last = np.append(self.last, token)
         self.settled = False
 
-    def step(self, drafted: DraftBatch, accept, stats) -> tuple:
-        """One step of every row: the forward over [last token, draft] (`target.verify`: logits [b, N+1, V]),
-        `accept(drafted, logits) -> Verdict` (the driver's acceptance rule, with whatever it does around it), the
-        cache keeping each row's accepted path (`target.commit`), each row's newest token moved on. Returns (logits,
-        verdict, each row's gained tokens: its accepted drafts and the target's token after them)."""
-        logits = self.target.verify(self.last, drafted, stats)
-        verdict = accept(drafted, logits)
+    def step(self, drafted: DraftBatch, accept, stats, ids: bool = False) -> tuple:
+        """One step of every row: the forward over [last token, draft] (`target.verify`: logits [b, N+1, V]; with
+        `ids`, `target.verify_ids`: the target's argmax after every column [b, N+1], on the host), `accept(drafted,
+        logits or ids) -> Verdict` (the driver's acceptance rule, with whatever it does around it), the cache keeping
+        each row's accepted path (`target.commit`), each row's newest token moved on (the target's own after its
+        accepted drafts: `verdict.bonus`). Returns (the forward's logits or ids, the verdict); each row's gained tokens
+        are `verdict.gained(drafted)`."""
+        out = (self.target.verify_ids if ids else self.target.verify)(self.last, drafted, stats)
+        verdict = accept(drafted, out)
         self.target.commit(drafted, verdict)
-        gained = verdict.gained(drafted)
-        for i, new in enumerate(gained):
-            self.last[i] = new[-1]
+        self.last[:] = verdict.bonus
         self.settled = True
-        return logits, verdict, gained
+        return out, verdict
 
     def retire(self, done: list) -> list:
         """Drop the rows marked in `done` from the batch and from the target's cache (when none is left, the cache

@@ -4,8 +4,9 @@ recorded scores.
 
 Such a step's host work is what the sizing policy's `draft`, `DraftBatch.pack`, greedy acceptance, the policy's
 `update`, `Stopper.keep` and the index's `extend` do, some forty small Python and numpy operations; here they are one
-numba call a step (`_fused_kernels.step`: this step's acceptance, then the next step's draft), and what is left in
-Python is the target's own: its forward (`verify_ids`: the argmax without scores) and commit. The prefill's token is
+numba call a step (`_fused_kernels.step`: this step's acceptance, then the next step's draft), taken as the
+acceptance of the step every driver takes (`engine.Batch.step`), whose forward here gives the argmax without scores
+(`verify_ids`) and whose commit is the target's own. The prefill's token is
 taken by the same call, as the acceptance of an empty draft. The steps, the drafts and the tokens are those of the
 unfused loop (tests/test_fused.py checks it), so `generate`'s loop hands its rows to `run_rows` until one finishes,
 then drops it as always (reference: gpt-fast and vLLM keep a decoding step's host side to a few calls for the same
@@ -68,7 +69,7 @@ class _Fused:
         which rows are done, as the loop's `_append` does. After the first draft each step is one kernel call: it
         accepts the step's drafts and drafts the next step's (into the other of two draft buffers). `prefill`: the
         prefill's logits [r, 1, V], whose token is taken first (an empty draft's step, with no commit)."""
-        r, run, target = len(rows.ids), self.run, self.target
+        r, run = len(rows.ids), self.run
         lists = self._arrays(rows)
         start, lens = np.array([[len(outs[i]) for i in rows.ids]] * 2, dtype=np.int64)  # lens moves on
         out = np.empty((r, self.max_new), dtype=np.int64)  # written before it is read; a row's tokens stop at max_new
@@ -84,11 +85,11 @@ class _Fused:
             run.forwards += 1
             self.clock.lap("prefill")
             batch, now, later = self._batch(later, s["widest"]), later, now
-        while not finished:
-            targets = self._verify(rows.last, batch, s)  # [r, N + 1]
-            self.clock.lap("forward")
-            finished, lists = self._accept(targets, batch, rows, lists, s, now, later)
-            target.commit(batch, self._verdict(batch, s))
+        s["lists"] = lists
+        while not finished:  # the step every driver takes (`engine.Batch.step`), the kernel call its acceptance
+            rows.step(batch, lambda b, out, now=now, later=later: self._take(out, b, rows, s, now, later), run.stats,
+                      ids=self.ids)
+            finished = s["finished"]
             run.forwards += 1
             self.clock.lap("accept")  # the next step's draft included
             if not finished:
@@ -100,9 +101,18 @@ class _Fused:
             outs[rid].extend(out[k, start[k]:lens[k]].tolist())
         return s["rows"].done.tolist()
 
-    def _verify(self, last: np.ndarray, batch: DraftBatch, s: dict) -> np.ndarray:
-        """The step's forward: the target's argmax after the root and each draft node [r, N + 1]."""
-        return self.target.verify_ids(last, batch, self.run.stats)
+    ids = True  # the step's forward gives the target's argmax after the root and each draft node [r, N + 1]
+
+    def _take(self, out, batch: DraftBatch, rows, s: dict, now, later) -> Verdict:
+        """The step's acceptance (`Batch.step`'s `accept`): the forward's `out` (`ids`: the argmax, else logits:
+        `_targets`) into the step kernel, which accepts, stops, extends the indexes and drafts the next step."""
+        self.clock.lap("forward")
+        s["finished"], s["lists"] = self._accept(self._targets(out, s), batch, rows, s["lists"], s, now, later)
+        return self._verdict(batch, s)
+
+    def _targets(self, out, s: dict) -> np.ndarray:
+        """The target's argmax [r, N + 1] from what the forward gave."""
+        return out
 
     def _prefilled(self, logits, s: dict) -> np.ndarray:
         """The argmax of the prefill's logits [r, 1]."""
@@ -268,8 +278,9 @@ class FusedRecycleTrees(FusedTrees):
         self.m = (table.ids, table.score, table.keys, table.pair, table.pprob, table.calib, table.meta)
         self.keep, self.k = indexes[0].keep, run.recycling.k
 
-    def _verify(self, last: np.ndarray, batch: DraftBatch, s: dict) -> np.ndarray:
-        logits = self.target.verify(last, batch, self.run.stats)
+    ids = False  # the logits: their top-k too
+
+    def _targets(self, logits, s: dict) -> np.ndarray:
         s["top"] = self.run.recycling.launch(logits)
         return self.target.argmax(logits)
 

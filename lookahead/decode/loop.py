@@ -110,7 +110,7 @@ def run_loop(rows: Rows, run: Run, max_new: int) -> list:
             scored.append(scores)
             return verdict
 
-        logits, verdict, _ = rows.step(batch, accept, run.stats)  # the forward, the acceptance, the commit
+        logits, verdict = rows.step(batch, accept, run.stats)  # the forward, the acceptance, the commit
         _advance(rows, outs, run, batch, verdict, scored[0], logits)
         clock.lap("commit")
     clock.total()

@@ -288,7 +288,8 @@ class Engine:
                     row.watch()
         drafted = DraftBatch.pack(drafts, all(row.chain for row in rows))
         # the forward, the acceptance, the commit
-        _, verdict, gained = batch.step(drafted, lambda d, logits: self._accept(rows, d, logits), self.stats)
+        _, verdict = batch.step(drafted, lambda d, logits: self._accept(rows, d, logits), self.stats)
+        gained = verdict.gained(drafted)
         if self.metrics is not None:
             self.metrics.forwards.inc()
         paths = _paths(verdict)

@@ -154,6 +154,26 @@ def test_an_uncompiled_call_runs_the_twins_while_the_background_compiles(model, 
         _jit._COMPILED.reset(token)
 
 
+def test_compile_now_runs_compiled_and_starts_no_process(model, tmp_path, monkeypatch):
+    """With LOOKAHEAD_COMPILE=now an uncompiled kind runs numba's kernels in the calling process (it compiles what it
+    needs) and no background compiler starts; any other value than "background" or "now" is refused by name."""
+    monkeypatch.setattr(_jit, "marker", lambda: tmp_path / "kernels.json")
+    for name in ("_KNOWN", "_STARTED", "_WANTED"):
+        monkeypatch.setattr(_jit, name, type(getattr(_jit, name))())
+    token = _jit._COMPILED.set(False)  # the suite runs compiled (conftest): this test wants what a user gets
+    try:
+        ids, _ = _batch(model, 1)
+        expected = model.generate(ids, max_new_tokens=20, do_sample=False, pad_token_id=0)
+        monkeypatch.setenv("LOOKAHEAD_COMPILE", "now")
+        assert torch.equal(generate(model, ids, max_new_tokens=20), expected)
+        assert _jit._WANTED == [] and _jit._STARTED == []  # no twins ran, no compiler started
+        monkeypatch.setenv("LOOKAHEAD_COMPILE", "later")
+        with pytest.raises(ValueError, match="LOOKAHEAD_COMPILE must be 'background' .* or 'now' .*'later'"):
+            generate(model, ids, max_new_tokens=20)
+    finally:
+        _jit._COMPILED.reset(token)
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 @given(fuzz_generate.calls())
 def test_the_generate_fuzz_passes_with_the_twins(call):

@@ -9,7 +9,9 @@ belongs to the program that started it and ends with it (what it compiled so far
 kernel); `lookahead warm` compiles everything ahead, in the foreground, for images and CI. When the kernels of a
 kind of call are compiled their kind goes into a marker file beside numba's cache, and the next call of that kind
 in any process runs compiled. Deleting numba's cache (or a new `NUMBA_CACHE_DIR`, a changed kernel file, another
-numba) leaves no marker, so the tiers always follow the cache.
+numba) leaves no marker, so the tiers always follow the cache. ``LOOKAHEAD_COMPILE=now`` (an environment variable,
+`setting`; default ``background``) starts no process: a call compiles the kernels it needs in its own process and
+waits for them, as numba does on its own.
 
 Callers bind a module's kernels once per function call with `kernels(module)` (``kern = kernels(_kernels)``, then
 ``kern.step(...)``: the module itself, or its twins); `tier(kind)` wraps a call and decides for everything inside
@@ -194,9 +196,27 @@ def _ready() -> set:
     return _KNOWN
 
 
+def setting() -> str:
+    """Where kernels that numba's cache does not hold yet compile, as the environment variable LOOKAHEAD_COMPILE
+    says: "background" (the default: in a process of their own while calls run the twins) or "now" (in the calling
+    process, which waits for them, as numba does on its own).
+
+    Raises:
+        ValueError: LOOKAHEAD_COMPILE is set to something else.
+    """
+    value = os.environ.get("LOOKAHEAD_COMPILE", "background")
+    if value not in ("background", "now"):
+        raise ValueError(f"LOOKAHEAD_COMPILE must be 'background' (compile the kernels in a background process while "
+                         f"calls run them as Python) or 'now' (compile them in the calling process), not {value!r}")
+    return value
+
+
 def _compiling() -> bool:
-    """Whether a background compiler runs or is yet to start; False where none can run (not POSIX, no process), or
-    once this process's has ended (a kind it does not compile, or a cache it could not write: the call compiles)."""
+    """Whether a background compiler runs or is yet to start; False where none can run (not POSIX, no process), where
+    the user asked for none (`setting`: "now"), or once this process's has ended (a kind it does not compile, or a
+    cache it could not write: the call compiles)."""
+    if setting() == "now":
+        return False
     if not _STARTED:
         return os.name == "posix"
     return _STARTED[0] is not None and _STARTED[0].poll() is None

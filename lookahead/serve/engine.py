@@ -30,7 +30,7 @@ import types
 import numpy as np
 import torch
 
-from ..runtime.jit import SERVED, tier
+from ..runtime.jit import SERVED, setting, tier
 from ..decode.calibrate import budget, draft_cost
 from ..decode.engine import Batch
 from ..decode.policy import CostCurve, StepTimes, batch_width
@@ -88,11 +88,13 @@ class Engine:
             model's position limit, at most 4096); the slots every row holds.
 
     Raises:
-        ValueError: the model cannot be served (`check_servable`), or not from the static cache it was asked to be.
+        ValueError: the model cannot be served (`check_servable`), or not from the static cache it was asked to be;
+            LOOKAHEAD_COMPILE is neither "background" nor "now" (`runtime.jit.setting`).
     """
 
     def __init__(self, model, memory=None, metrics=None, draft_cost=None, cache_implementation=None,
                  max_model_len=None):
+        setting()  # a LOOKAHEAD_COMPILE it cannot follow is refused here, not at the first step
         self.model, self.facts, self.memory, self.metrics = model, check_servable(model), memory, metrics
         self.apart = rows_apart(self.facts, model)  # why each row is a batch of its own, or None: one batch
         self.static = _static(model, self.facts, cache_implementation, self.apart)  # (graphs, compile_config) or None

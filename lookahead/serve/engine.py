@@ -207,6 +207,8 @@ class Engine:
     def _admit(self) -> None:
         """Prefill the rows that arrived (waiting for one when none runs) and join them to the batch."""
         while True:
+            if self.rows and self.pending.empty():  # the common turn: nothing arrived (no exception to raise)
+                return
             try:
                 row = self.pending.get(block=not self.rows)
             except queue.Empty:

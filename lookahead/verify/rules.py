@@ -47,9 +47,11 @@ def by_row(batch: DraftBatch, scores: torch.Tensor, greedy_rows: np.ndarray, pic
     (`greedy_rows`, row indices) together by `greedy`'s rule on their own scores only; every other row i by
     `pick(i)` -> (its accepted node indices, its next token), its own sampling rule and generator."""
     b = len(batch.sizes)
+    every = len(greedy_rows) == b and bool((greedy_rows == np.arange(b)).all())  # every row greedy, in order
+    if every and batch.chain:  # the common step: `greedy`'s own, with no row picked out
+        return Verdict(*greedy_accept_with_bonus(batch.tokens, batch.sizes, argmax(scores[:, : batch.width + 1])))
     counts, bonus = np.zeros(b, dtype=np.int64), np.zeros(b, dtype=np.int64)
     paths = [[] for _ in range(b)]
-    every = len(greedy_rows) == b and bool((greedy_rows == np.arange(b)).all())  # every row greedy, in order
     if len(greedy_rows):
         g = greedy_rows
         targets = argmax(scores[:, : batch.width + 1]) if every else \

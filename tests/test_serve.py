@@ -616,6 +616,34 @@ def test_a_batch_whose_drafts_lost_steps_its_greedy_rows_plainly(reference, monk
     assert [row.out for row in rows] == [greedy_ids(reference, p, 12) for p in ids]
 
 
+@pytest.mark.parametrize("lookup", ["ngram", "suffix"])
+def test_a_lone_greedy_row_takes_generates_fused_step(reference, monkeypatch, lookup):
+    """A greedy chain row running alone is stepped as `generate`'s fused path steps (`fused.for_row`: one kernel call
+    after each forward accepts, teaches its policy, extends its index and drafts the next step); it drafts, and its
+    tokens are greedy's."""
+    from lookahead.decode import fused
+    from lookahead.serve.engine import Engine
+    from lookahead.serve.row import Drafting, Row, Sampling
+
+    model, tok = reference
+    steps = []
+    kind = fused.FusedChains if lookup == "ngram" else fused.FusedSuffixChains
+    step = kind.step
+    monkeypatch.setattr(kind, "step", lambda self, rows, s: steps.append(1) or step(self, rows, s))
+    engine = Engine(model, draft_cost=(0.0, 0.05))
+    prompt = np.array(prompt_ids(reference, PROMPTS[0]) * 2, dtype=np.int64)  # repeats: something to copy
+    row = Row(prompt, 24, (), Sampling(0.0), Drafting(lookup=lookup), tok)
+    engine.submit(row)
+    try:
+        with torch.inference_mode():
+            while not row.done:
+                engine._turn()
+    finally:
+        engine.stop()
+    assert row.out == greedy_ids(reference, prompt, 24)
+    assert len(steps) == row.stats.forward_passes - 1 and row.stats.draft_tokens > 0  # every step but the prefill
+
+
 def test_a_row_left_out_of_a_step_learns_from_the_tokens_that_come(reference):
     """A greedy row that verifies no draft (the batch's width left it out) keeps the draft it would have verified
     and scores it against the tokens the target gives: all of them accepted teach its policy a hit, a mismatch a

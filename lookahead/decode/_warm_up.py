@@ -22,8 +22,10 @@ def kind(lookup: str, draft: str, rows: int, cache: str, decoding: str) -> None:
     policy(), acceptance(), indexes()
     fused = {("ngram", "chain"): chains, ("suffix", "chain"): suffix_chains,
              ("suffix", "tree"): trees, ("suffix+recycle", "tree"): recycle_trees}
-    if decoding == "greedy" and (lookup, draft) in fused:  # sampling and the server's loop are unfused
+    if decoding == "greedy" and (lookup, draft) in fused:  # sampling is unfused
         fused[lookup, draft](rows > 1)
+    elif decoding == "served":  # the server's rows running alone: one row's chains (`fused.for_row`)
+        chains(), suffix_chains()
 
 
 def indexes() -> None:

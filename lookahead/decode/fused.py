@@ -15,6 +15,8 @@ reason).
 from __future__ import annotations
 
 
+import types
+
 import numpy as np
 from numba import typed
 
@@ -44,6 +46,21 @@ def fused(target, rows, run, max_new: int, clock):
     return kind(target, run, max_new, clock, rows.indexes)
 
 
+def for_row(target, index, length, eos, max_new: int, stats):
+    """A fused step for one greedy chain row driven from outside `generate` (the server's engine, `start` and `step`
+    one step at a time): the row's index, its own `DraftLength` (the kernels teach it), its eos ids and most new
+    tokens, the stats its forwards count in; None where no fused step takes its index or its target."""
+    kind = {NgramIndex: FusedChains, SuffixIndex: FusedSuffixChains}.get(type(index))
+    if kind is None or not isinstance(target, (CausalLM, StaticCausalLM)):
+        return None
+    run = types.SimpleNamespace(sizing=types.SimpleNamespace(chain=True, length=length),
+                                stopper=types.SimpleNamespace(eos=eos), stats=stats, forwards=0)
+    return kind(target, run, max_new, _UNTIMED, [index])
+
+
+_UNTIMED = types.SimpleNamespace(lap=lambda phase: None)  # a clock that times nothing
+
+
 class _Fused:
     """Runs a call's steps, one kernel call a step (see module docstring).
 
@@ -69,37 +86,50 @@ class _Fused:
         which rows are done, as the loop's `_append` does. After the first draft each step is one kernel call: it
         accepts the step's drafts and drafts the next step's (into the other of two draft buffers). `prefill`: the
         prefill's logits [r, 1, V], whose token is taken first (an empty draft's step, with no commit)."""
-        r, run = len(rows.ids), self.run
-        lists = self._arrays(rows)
-        start, lens = np.array([[len(outs[i]) for i in rows.ids]] * 2, dtype=np.int64)  # lens moves on
-        out = np.empty((r, self.max_new), dtype=np.int64)  # written before it is read; a row's tokens stop at max_new
-        s = self._step_buffers(r, lens, out, rows.last)
-        now, later = self._drafts(r)  # this step's drafts, the next step's
-        finished = 0
-        if prefill is None:
-            batch = self._batch(now, self._draft(lists, s, now))
-            self.clock.lap("draft")
-        else:
-            finished, lists = self._accept(self._prefilled(prefill, s), self._batch(now, 0), rows, lists, s, now,
-                                           later)
-            run.forwards += 1
-            self.clock.lap("prefill")
-            batch, now, later = self._batch(later, s["widest"]), later, now
-        s["lists"] = lists
-        while not finished:  # the step every driver takes (`engine.Batch.step`), the kernel call its acceptance
-            rows.step(batch, lambda b, out, now=now, later=later: self._take(out, b, rows, s, now, later), run.stats,
-                      ids=self.ids)
-            finished = s["finished"]
-            run.forwards += 1
-            self.clock.lap("accept")  # the next step's draft included
-            if not finished:
-                batch, now, later = self._batch(later, s["widest"]), later, now
+        run = self.run
+        s = self.start(rows, [len(outs[i]) for i in rows.ids], prefill)
+        while not s["finished"]:
+            self.step(rows, s)
         drafted, accepted = s["rows"].totals.tolist()
         run.stats.draft_tokens += drafted
         run.stats.accepted_tokens += accepted
         for k, rid in enumerate(rows.ids):
-            outs[rid].extend(out[k, start[k]:lens[k]].tolist())
+            outs[rid].extend(s["out"][k, s["start"][k]:s["lens"][k]].tolist())
         return s["rows"].done.tolist()
+
+    def start(self, rows, held: list, prefill=None) -> dict:
+        """What stepping `rows` (a `Batch` with each row's `indexes` and `ids`) needs, by name: the kernels' bundles,
+        the index arrays, the draft buffers and the first step's `DraftBatch` ("batch"), drafted, or after taking the
+        prefill's token (`prefill`: its logits [r, 1, V]; "finished" counts the rows that token ended). `held`: each
+        row's new tokens so far; a row's new tokens go to out[k, start[k]:lens[k]] ("out", "start", "lens")."""
+        r = len(rows.ids)
+        lists = self._arrays(rows)
+        start, lens = np.array([held] * 2, dtype=np.int64)  # lens moves on
+        out = np.empty((r, self.max_new), dtype=np.int64)  # written before it is read; a row's tokens stop at max_new
+        s = self._step_buffers(r, lens, out, rows.last)
+        s.update(start=start, lens=lens, out=out, finished=0)
+        now, later = self._drafts(r)  # this step's drafts, the next step's
+        if prefill is None:
+            s["lists"], s["batch"] = lists, self._batch(now, self._draft(lists, s, now))
+            self.clock.lap("draft")
+        else:
+            s["finished"], s["lists"] = self._accept(self._prefilled(prefill, s), self._batch(now, 0), rows, lists, s,
+                                                     now, later)
+            self.run.forwards += 1
+            self.clock.lap("prefill")
+            s["batch"], now, later = self._batch(later, s["widest"]), later, now
+        s["now"], s["later"] = now, later
+        return s
+
+    def step(self, rows, s: dict) -> None:
+        """One step of `rows` from `start`'s state `s`: the step every driver takes (`engine.Batch.step`), this
+        kernel call its acceptance (it accepts, stops, extends the indexes and drafts the next step into "batch");
+        "finished" counts the rows done."""
+        now, later = s["now"], s["later"]
+        rows.step(s["batch"], lambda b, out: self._take(out, b, rows, s, now, later), self.run.stats, ids=self.ids)
+        self.run.forwards += 1
+        self.clock.lap("accept")  # the next step's draft included
+        s["batch"], s["now"], s["later"] = self._batch(later, s["widest"]), later, now
 
     ids = True  # the step's forward gives the target's argmax after the root and each draft node [r, N + 1]
 

@@ -33,6 +33,7 @@ import torch
 from ..runtime.jit import SERVED, setting, tier
 from ..decode.calibrate import budget, draft_cost
 from ..decode.engine import Batch
+from ..decode.fused import for_row
 from ..decode.policy import CostCurve, StepTimes, batch_width
 from ..decode.settings import DRAFT_TOKENS, GenerationStats, make_settings
 from ..model.attention import packed_attention
@@ -120,6 +121,7 @@ class Engine:
         self.stats = GenerationStats()  # forwards, for the metrics
         self.freed = 0  # cancelled rows dropped from the batch (or never prefilled)
         self.peak = 0  # most rows a step has verified together
+        self._solo = None  # the fused step of a row running alone (`_Solo`), or None
         self._stop = threading.Event()
         context = contextvars.copy_context()  # the loop runs in its creator's context (the kernels' tier: `_jit`)
         self._thread = threading.Thread(target=context.run, args=(self._run,), name="lookahead-engine", daemon=True)
@@ -274,6 +276,9 @@ class Engine:
         self.peak = max(self.peak, b)
         target.pads = self.pads if b == 1 else None  # where a wider forward costs less (measured at batch 1)
         most = getattr(target, "most", None)  # the static step's widest: no row verifies more
+        solo = self._solo_for(batch, most)
+        if solo is not None:
+            return self._step_solo(solo, start, timed)
         # a batch of chains whose steps with drafts lost at this size (`StepTimes.drafts`) verifies only its sampling
         # rows' drafts: its greedy rows ask nothing of their policies (at 64 SmolLM2 rows 1-2 ms a step)
         drafting = b == 1 or not all(row.chain for row in rows) or self.times.drafts(b)
@@ -304,6 +309,43 @@ class Engine:
         if timed:
             self.times.record(b, drafted.width, time.perf_counter() - start, b + int(verdict.counts.sum()))
         self._drop(batch, done)
+
+    def _solo_for(self, batch: Batch, most):
+        """The fused step of a batch's one row (`_Solo`), kept across steps while it runs alone; None where the
+        batch has more rows, or its row is not a greedy chain from an n-gram or suffix index without a prediction
+        (those draft as the engine's rows do: `row.py`)."""
+        rows = batch.rows
+        if self._solo is not None and self._solo.batch is batch and self._solo.row is rows[0] and len(rows) == 1:
+            return self._solo
+        self._solo, row = None, rows[0]
+        if (len(rows) > 1 or self.apart is not None or not row.sampling.greedy or row.tree is not None
+                or row.index is None or (row.prediction is not None and len(row.prediction))
+                or (most is not None and most < row.length.max_tokens)):
+            return None
+        step = for_row(batch.target, row.index, row.length, np.array(sorted(row.eos), dtype=np.int64), row.max_new,
+                       self.stats)
+        if step is not None:
+            self._solo = _Solo(batch, row, step)
+            self._solo.state = step.start(self._solo, [len(row.out)])  # its first draft
+        return self._solo
+
+    def _step_solo(self, solo: "_Solo", start: float, timed: bool) -> None:
+        """One step of a lone greedy chain row as `generate`'s fused path takes it (`fused.for_row`): one kernel call
+        after the forward accepts, teaches the row's policy, stops, extends its index and drafts the next step; the
+        row then streams its tokens as any row does."""
+        row, s = solo.row, solo.state
+        before, drafted, width = int(s["lens"][0]), int(s["batch"].sizes[0]), s["batch"].width
+        solo.fused.step(solo, s)
+        if self.metrics is not None:
+            self.metrics.forwards.inc()
+        accepted = int(s["rows"].counts[0])
+        row.counted(drafted, accepted)
+        done = row.advance(s["out"][0, before:s["lens"][0]].tolist(), indexed=True)
+        if timed:
+            self.times.record(1, width, time.perf_counter() - start, 1 + accepted)
+        if done:
+            self._solo = None
+        self._drop(solo.batch, [done])
 
     def _width(self, rows: list, budgets: list, fill: int, drafting: bool = True):
         """The most draft tokens a greedy row verifies in this step: the width with the most tokens expected per unit
@@ -358,6 +400,23 @@ class Engine:
             self.memory.add_tokens(np.concatenate([row.prompt, np.asarray(row.out, dtype=np.int64)]))
         if self.metrics is not None:
             self.metrics.row_done(row)
+
+
+class _Solo:
+    """A row running alone in its batch, stepped by `generate`'s fused step (`fused.for_row`): what the step reads of
+    the rows it steps (their indexes, ids, newest tokens, `step`), and its state between steps."""
+
+    def __init__(self, batch: Batch, row, fused):
+        self.batch, self.row, self.fused, self.state = batch, row, fused, None
+        self.indexes, self.ids = [row.index], [0]
+
+    @property
+    def last(self) -> np.ndarray:
+        return self.batch.last
+
+    def step(self, *args, **kwargs):
+        """The batch's step (`Batch.step`)."""
+        return self.batch.step(*args, **kwargs)
 
 
 MAX_MODEL_LEN = 4096  # the static cache's tokens per row when max_model_len is not given and the model allows more

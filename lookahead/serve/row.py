@@ -223,8 +223,16 @@ class Row:
         path = draft.tokens if draft.is_chain else draft.tokens[_first_path(draft.parents)]
         return _contains(self.prediction, path)
 
-    def advance(self, tokens: list) -> bool:
-        """Take the step's gained tokens (cut at an eos or the length limit), stream their text; True when done."""
+    def counted(self, drafted: int, accepted: int) -> None:
+        """Count a step the fused kernel took for the row (`engine.Engine._solo`: it taught the row's policy)."""
+        c = self.stats
+        c.add_forward(1)
+        c.draft_tokens += drafted
+        c.accepted_tokens += accepted
+
+    def advance(self, tokens: list, indexed: bool = False) -> bool:
+        """Take the step's gained tokens (cut at an eos or the length limit), stream their text; True when done.
+        `indexed`: the row's index holds them already (the fused step extended it)."""
         kept = 0
         for t in tokens:
             self.out.append(int(t))
@@ -232,7 +240,7 @@ class Row:
             if t in self.eos or len(self.out) >= self.max_new:
                 self.finish = "stop" if t in self.eos else "length"
                 break
-        if self.index is not None:
+        if self.index is not None and not indexed:
             self.index.extend(np.asarray(tokens[:kept], dtype=np.int64))
         if self.prediction is not None and len(self.prediction):
             self.predicted = _follow(self.prediction, self.predicted, self.out, kept)

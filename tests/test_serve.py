@@ -619,11 +619,16 @@ def test_a_batch_whose_drafts_lost_steps_its_greedy_rows_plainly(reference, monk
 @pytest.mark.parametrize("lookup", ["ngram", "suffix"])
 def test_a_lone_greedy_row_takes_generates_fused_step(reference, monkeypatch, lookup):
     """A greedy chain row running alone is stepped as `generate`'s fused path steps (`fused.for_row`: one kernel call
-    after each forward accepts, teaches its policy, extends its index and drafts the next step); it drafts, and its
-    tokens are greedy's."""
-    from lookahead.decode import fused
+    after each forward accepts, teaches its policy, extends its index and drafts the next step); it drafts, its
+    tokens are greedy's, and it compiles no fused kernel beyond what the served kind's warm-up compiled."""
+    from lookahead.decode import _fused_kernels, _warm_up, fused
+    from lookahead.runtime.jit import SERVED
     from lookahead.serve.engine import Engine
     from lookahead.serve.row import Drafting, Row, Sampling
+
+    _warm_up.kind(*SERVED)
+    kernels = [getattr(_fused_kernels, name) for name in ("draft", "step", "draft_suffix", "step_suffix")]
+    warm = [len(kernel.signatures) for kernel in kernels]
 
     model, tok = reference
     steps = []
@@ -642,6 +647,7 @@ def test_a_lone_greedy_row_takes_generates_fused_step(reference, monkeypatch, lo
         engine.stop()
     assert row.out == greedy_ids(reference, prompt, 24)
     assert len(steps) == row.stats.forward_passes - 1 and row.stats.draft_tokens > 0  # every step but the prefill
+    assert [len(kernel.signatures) for kernel in kernels] == warm
 
 
 def test_a_row_left_out_of_a_step_learns_from_the_tokens_that_come(reference):

@@ -130,48 +130,48 @@ def test_suffix_twins_propose_what_the_kernels_propose(seq, n):
     assert proposals[0] == proposals[1]
 
 
-def test_an_uncompiled_call_runs_the_twins_while_the_background_compiles(model, tmp_path, monkeypatch):
-    """Outside `compiled()`, a call whose kind the marker does not list runs the twins (greedy's tokens) and starts
-    `python -m lookahead.warm`, which lists every kind once numba's cache holds its kernels; the next call of
-    that kind runs compiled."""
+@pytest.fixture
+def uncompiled(tmp_path, monkeypatch):
+    """What a user's process gets on a fresh install: no kind in the marker (one of its own, `tmp_path`), no compiler
+    started, numba's kernels not forced (the suite runs compiled: conftest). Yields the marker's path."""
     marker = tmp_path / "kernels.json"
     monkeypatch.setattr(_jit, "marker", lambda: marker)
     for name in ("_KNOWN", "_STARTED", "_WANTED"):
         monkeypatch.setattr(_jit, name, type(getattr(_jit, name))())
-    token = _jit._COMPILED.set(False)  # the suite runs compiled (conftest): this test wants what a user gets
+    token = _jit._COMPILED.set(False)
     try:
-        ids, _ = _batch(model, 1)
-        expected = model.generate(ids, max_new_tokens=40, do_sample=False, pad_token_id=0)
-        assert torch.equal(generate(model, ids, max_new_tokens=40), expected)
-        kind = _jit.kind_of("ngram", "chain", 1, False, False)
-        assert _jit._WANTED == [kind] and _jit._STARTED  # the twins ran; the compiler started
-        assert _jit._STARTED[0].wait(timeout=600) == 0
-        assert [list(k) for k in _jit.KINDS] == json.loads(marker.read_text())
-        _jit._WANTED.clear()
-        assert torch.equal(generate(model, ids, max_new_tokens=40), expected)
-        assert _jit._WANTED == []  # compiled now: no twins
+        yield marker
     finally:
         _jit._COMPILED.reset(token)
 
 
-def test_compile_now_runs_compiled_and_starts_no_process(model, tmp_path, monkeypatch):
+def test_an_uncompiled_call_runs_the_twins_while_the_background_compiles(model, uncompiled):
+    """Outside `compiled()`, a call whose kind the marker does not list runs the twins (greedy's tokens) and starts
+    `python -m lookahead.warm`, which lists every kind once numba's cache holds its kernels; the next call of
+    that kind runs compiled."""
+    ids, _ = _batch(model, 1)
+    expected = model.generate(ids, max_new_tokens=40, do_sample=False, pad_token_id=0)
+    assert torch.equal(generate(model, ids, max_new_tokens=40), expected)
+    kind = _jit.kind_of("ngram", "chain", 1, False, False)
+    assert _jit._WANTED == [kind] and _jit._STARTED  # the twins ran; the compiler started
+    assert _jit._STARTED[0].wait(timeout=600) == 0
+    assert [list(k) for k in _jit.KINDS] == json.loads(uncompiled.read_text())
+    _jit._WANTED.clear()
+    assert torch.equal(generate(model, ids, max_new_tokens=40), expected)
+    assert _jit._WANTED == []  # compiled now: no twins
+
+
+def test_compile_now_runs_compiled_and_starts_no_process(model, uncompiled, monkeypatch):
     """With LOOKAHEAD_COMPILE=now an uncompiled kind runs numba's kernels in the calling process (it compiles what it
     needs) and no background compiler starts; any other value than "background" or "now" is refused by name."""
-    monkeypatch.setattr(_jit, "marker", lambda: tmp_path / "kernels.json")
-    for name in ("_KNOWN", "_STARTED", "_WANTED"):
-        monkeypatch.setattr(_jit, name, type(getattr(_jit, name))())
-    token = _jit._COMPILED.set(False)  # the suite runs compiled (conftest): this test wants what a user gets
-    try:
-        ids, _ = _batch(model, 1)
-        expected = model.generate(ids, max_new_tokens=20, do_sample=False, pad_token_id=0)
-        monkeypatch.setenv("LOOKAHEAD_COMPILE", "now")
-        assert torch.equal(generate(model, ids, max_new_tokens=20), expected)
-        assert _jit._WANTED == [] and _jit._STARTED == []  # no twins ran, no compiler started
-        monkeypatch.setenv("LOOKAHEAD_COMPILE", "later")
-        with pytest.raises(ValueError, match="LOOKAHEAD_COMPILE must be 'background' .* or 'now' .*'later'"):
-            generate(model, ids, max_new_tokens=20)
-    finally:
-        _jit._COMPILED.reset(token)
+    ids, _ = _batch(model, 1)
+    expected = model.generate(ids, max_new_tokens=20, do_sample=False, pad_token_id=0)
+    monkeypatch.setenv("LOOKAHEAD_COMPILE", "now")
+    assert torch.equal(generate(model, ids, max_new_tokens=20), expected)
+    assert _jit._WANTED == [] and _jit._STARTED == []  # no twins ran, no compiler started
+    monkeypatch.setenv("LOOKAHEAD_COMPILE", "later")
+    with pytest.raises(ValueError, match="LOOKAHEAD_COMPILE must be 'background' .* or 'now' .*'later'"):
+        generate(model, ids, max_new_tokens=20)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))

@@ -650,6 +650,34 @@ def test_a_lone_greedy_row_takes_generates_fused_step(reference, monkeypatch, lo
     assert [len(kernel.signatures) for kernel in kernels] == warm
 
 
+def test_a_lone_row_on_the_fused_step_goes_on_exactly_around_a_row_that_joins_and_leaves(reference):
+    """A row stepped alone by the fused step, then with a short request that joins its batch (the engine's own step),
+    then alone again once that one is done (a fused step made anew: the batch's arrays changed): both give greedy's
+    tokens."""
+    from lookahead.serve.engine import Engine
+    from lookahead.serve.row import Drafting, Row, Sampling
+
+    model, tok = reference
+    engine = Engine(model, draft_cost=(0.0, 0.05))
+    long, short = (np.array(prompt_ids(reference, text) * 2, dtype=np.int64) for text in PROMPTS[:2])
+    rows = [Row(long, 40, (), Sampling(0.0), Drafting(), tok), Row(short, 6, (), Sampling(0.0), Drafting(), tok)]
+    solos = []
+    try:
+        with torch.inference_mode():
+            engine.submit(rows[0])
+            for _ in range(3):
+                engine._turn()
+                solos.append(engine._solo is not None)
+            engine.submit(rows[1])
+            while not rows[0].done:
+                engine._turn()
+                solos.append(engine._solo is not None)
+    finally:
+        engine.stop()
+    assert [row.out for row in rows] == [greedy_ids(reference, long, 40), greedy_ids(reference, short, 6)]
+    assert solos[:3] == [True] * 3 and False in solos[3:] and True in solos[solos.index(False, 3):]
+
+
 def test_a_row_left_out_of_a_step_learns_from_the_tokens_that_come(reference):
     """A greedy row that verifies no draft (the batch's width left it out) keeps the draft it would have verified
     and scores it against the tokens the target gives: all of them accepted teach its policy a hit, a mismatch a

@@ -311,12 +311,13 @@ class Engine:
         self._drop(batch, done)
 
     def _solo_for(self, batch: Batch, most):
-        """The fused step of a batch's one row (`_Solo`), kept across steps while it runs alone; None where the
-        batch has more rows, or its row is not a greedy chain from an n-gram or suffix index without a prediction
-        (those draft as the engine's rows do: `row.py`)."""
+        """The fused step of a batch's one row (`_Solo`), kept across steps while it runs alone (made anew after any
+        row joined or left: the batch's arrays are new then); None where the batch has more rows, or its row is not a
+        greedy chain from an n-gram or suffix index without a prediction (those draft as the engine's rows do)."""
         rows = batch.rows
-        if self._solo is not None and self._solo.batch is batch and self._solo.row is rows[0] and len(rows) == 1:
-            return self._solo
+        solo = self._solo
+        if solo is not None and solo.batch is batch and solo.row is rows[0] and len(rows) == 1 and batch.settled:
+            return solo
         self._solo, row = None, rows[0]
         if (len(rows) > 1 or self.apart is not None or not row.sampling.greedy or row.tree is not None
                 or row.index is None or (row.prediction is not None and len(row.prediction))

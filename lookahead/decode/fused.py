@@ -14,7 +14,6 @@ reason).
 """
 from __future__ import annotations
 
-
 import types
 
 import numpy as np

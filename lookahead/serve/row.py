@@ -201,12 +201,10 @@ class Row:
 
     def learn(self, draft: Draft, path: list) -> None:
         """Teach the draft policy what was accepted of `draft` (the accepted node indices `path`); count it."""
-        c = self.stats
-        c.add_forward(1)
+        self.counted(len(draft), len(path))
         if self.index is None:
             return
-        c.draft_tokens += len(draft)
-        c.accepted_tokens += len(path)
+        c = self.stats
         if len(draft) and self._from_prediction(draft):
             c.prediction_accepted += len(path)
             c.prediction_rejected += len(draft) - len(path)
@@ -224,7 +222,8 @@ class Row:
         return _contains(self.prediction, path)
 
     def counted(self, drafted: int, accepted: int) -> None:
-        """Count a step the fused kernel took for the row (`engine.Engine._solo`: it taught the row's policy)."""
+        """Count a step the row took part in: one forward, its draft tokens and those accepted (`learn`, or a step the
+        fused kernel took for the row alone, `engine.Engine._step_solo`, which taught its policy there)."""
         c = self.stats
         c.add_forward(1)
         c.draft_tokens += drafted

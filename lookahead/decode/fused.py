@@ -47,8 +47,8 @@ def fused(target, rows, run, max_new: int, clock):
 
 def for_row(target, index, length, eos, max_new: int, stats):
     """A fused step for one greedy chain row driven from outside `generate` (the server's engine, `start` and `step`
-    one step at a time): the row's index, its own `DraftLength` (the kernels teach it), its eos ids and most new
-    tokens, the stats its forwards count in; None where no fused step takes its index or its target."""
+    one step at a time): the row's index, its own `DraftLength` (the kernels teach it), its eos ids (any collection:
+    `_Fused` sorts them into the kernels' array) and most new tokens, the stats its forwards count in; None where no fused step takes its index or its target."""
     kind = {NgramIndex: FusedChains, SuffixIndex: FusedSuffixChains}.get(type(index))
     if kind is None or not isinstance(target, (CausalLM, StaticCausalLM)):
         return None

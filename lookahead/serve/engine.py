@@ -323,8 +323,7 @@ class Engine:
                 or row.index is None or (row.prediction is not None and len(row.prediction))
                 or (most is not None and most < row.length.max_tokens)):
             return None
-        step = for_row(batch.target, row.index, row.length, np.array(sorted(row.eos), dtype=np.int64), row.max_new,
-                       self.stats)
+        step = for_row(batch.target, row.index, row.length, row.eos, row.max_new, self.stats)
         if step is not None:
             self._solo = _Solo(batch, row, step)
             self._solo.state = step.start(self._solo, [len(row.out)])  # its first draft

@@ -1,11 +1,12 @@
 """The server's decoding step against `generate`'s, in one process: milliseconds per forward and the host's share.
 
-One greedy row of `lookahead serve`'s `Engine`, its turns run here one after another (no HTTP, no other thread), and
-`lookahead.generate` on the same prompt and drafting (its fused step), alternating, with the dynamic and the static
-cache. A forward's host time is the call's time less the target's own forwards (`verify`, `verify_ids`, `prefill`,
+Greedy rows of `lookahead serve`'s `Engine` (one, or `--rows` n of the same prompt, joined in one turn), its turns run
+here one after another (no HTTP, no other thread), and `lookahead.generate` on the same prompts and drafting (its
+fused step; a batch of n), alternating, with the dynamic and the static cache. A forward's host time is the call's time less the target's own forwards (`verify`, `verify_ids`, `prefill`,
 timed around them): what the step does besides the model.
 
     python benchmarks/serve_step.py --rounds 5
+    python benchmarks/serve_step.py --rounds 3 --rows 4
     python benchmarks/serve_step.py --model smollm2 --device cuda --dtype bf16 --caches static   # on a GPU
 """
 from __future__ import annotations
@@ -49,25 +50,27 @@ def _timed(cls, name: str) -> None:
     setattr(cls, name, timed)
 
 
-def served(model, tok, ids: np.ndarray, max_new: int, cache) -> tuple:
-    """(seconds, forwards, tokens) of one greedy row through the engine's turns."""
+def served(model, tok, ids: np.ndarray, max_new: int, cache, rows: int) -> tuple:
+    """(seconds, forwards, tokens) of `rows` greedy rows of one prompt through the engine's turns (the forwards:
+    the engine's steps)."""
     engine = Engine(model, cache_implementation=cache, max_model_len=len(ids) + max_new + 64)
-    row = Row(ids, max_new, (), Sampling(0.0), Drafting(), tok)
+    batch = [Row(ids, max_new, (), Sampling(0.0), Drafting(), tok) for _ in range(rows)]
     with torch.inference_mode(), _fast(model):
-        engine.submit(row)
+        for row in batch:
+            engine.submit(row)
         begin = time.perf_counter()
-        while not row.done:
+        while not all(row.done for row in batch):
             engine._turn()
         seconds = time.perf_counter() - begin
-    return seconds, row.stats.forward_passes, row.out
+    return seconds, engine.stats.forward_passes, [row.out for row in batch]
 
 
-def generated(model, tok, ids: np.ndarray, max_new: int, cache) -> tuple:
-    """(seconds, forwards, tokens) of `lookahead.generate` on the same prompt."""
+def generated(model, tok, ids: np.ndarray, max_new: int, cache, rows: int) -> tuple:
+    """(seconds, forwards, tokens) of `lookahead.generate` on a batch of `rows` copies of the prompt."""
     begin = time.perf_counter()
-    out, stats = lookahead.generate(model, torch.as_tensor(ids)[None].to(model.device), max_new_tokens=max_new,
-                                    return_stats=True, cache_implementation=cache)
-    return time.perf_counter() - begin, stats.forward_passes, out[0, len(ids):].tolist()
+    out, stats = lookahead.generate(model, torch.as_tensor(ids)[None].repeat(rows, 1).to(model.device),
+                                    max_new_tokens=max_new, return_stats=True, cache_implementation=cache)
+    return time.perf_counter() - begin, stats.forward_passes, out[:, len(ids):].tolist()
 
 
 def main() -> None:
@@ -77,6 +80,7 @@ def main() -> None:
     p.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32")
     p.add_argument("--max-new", type=int, default=200)
     p.add_argument("--rounds", type=int, default=5, help="timed rounds after a warm-up round (default 5)")
+    p.add_argument("--rows", type=int, default=1, help="greedy rows of the same prompt in one batch (default 1)")
     p.add_argument("--caches", nargs="+", choices=("dynamic", "static"), default=["dynamic", "static"])
     args = p.parse_args()
     model, tok, _ = models.load(args.model or models.default_model_path(), device=args.device, dtype=args.dtype)
@@ -89,11 +93,11 @@ def main() -> None:
         for cache in args.caches:
             for who, run in (("serve engine", served), ("generate", generated)):
                 FORWARDS.clear()
-                seconds, forwards, out = run(model, tok, ids, args.max_new, cache)
+                seconds, forwards, out = run(model, tok, ids, args.max_new, cache, args.rows)
                 if r:
                     runs.setdefault((cache, who), []).append((seconds, forwards, sum(FORWARDS), out))
     print(f"{model.config.model_type}, {args.device}, {args.dtype}, {torch.get_num_threads()} threads, {len(ids)} "
-          f"prompt tokens, {args.max_new} new, {args.rounds} rounds; {platform.processor() or platform.machine()}")
+          f"prompt tokens, {args.rows} row(s), {args.max_new} new, {args.rounds} rounds; {platform.processor() or platform.machine()}")
     print("| cache | step | ms per forward | host us per forward | forwards | same tokens as generate |")
     print("| --- | --- | ---: | ---: | ---: | --- |")
     for cache in args.caches:

@@ -232,13 +232,43 @@ def test_draft_kernel_fills_what_the_step_computes():
         drafts, ints = np.full((r, max_tokens), 7), [np.zeros(r, dtype=np.int64) for _ in range(3)]
         pads, policy = np.array([padded(n) for n in range(max_tokens + 1)]), sizing.length
         widest = K._draft(typed.List([ix._hist for ix in indexes]), typed.List([ix._state for ix in indexes]), lens,
-                         max_new, max_tokens, pads, _BUCKETS, policy.accepted, policy.rejected, policy.version,
-                         *policy.tables(r), drafts, *ints)
+                         max_new, max_tokens, pads, _BUCKETS, *policy.counts, *policy.tables(r), np.empty(0), drafts,
+                         *ints)
         assert ints[0].tolist() == [len(d) for d in expected]
         assert widest == max((len(d) for d in expected), default=0)
         for k, d in enumerate(expected):
             assert drafts[k, :len(d)].tolist() == d.tokens.tolist()
             assert not drafts[k, len(d):widest].any()
+
+
+def test_the_batch_cut_chooses_the_width_batch_width_chooses():
+    """The fused chain kernels' cut for a whole batch (`_batch_cut`, the server's rows) picks the width
+    `policy.batch_width` picks from each row's chance (its own policy's, behind its match) and reach (its draft),
+    for random policies, drafts and step costs, and cuts every draft to it; empty costs cut nothing."""
+    from lookahead.decode import _fused_kernels as K
+    from lookahead.decode.policy import _BUCKETS, DraftLength, Stacked, batch_width
+
+    rng = np.random.default_rng(2)
+    for trial in range(300):
+        r, most = int(rng.integers(1, 7)), int(rng.integers(1, 12))
+        lengths = [DraftLength(most, 0.1) for _ in range(r)]
+        for length in lengths:
+            length.accepted[:] = rng.uniform(0.1, 20, len(_BUCKETS))
+            length.rejected[:] = rng.uniform(0.1, 20, len(_BUCKETS))
+        stack = Stacked(lengths) if trial % 3 else lengths[0]  # one policy per row, or one for every row
+        sizes, matches = rng.integers(0, most + 1, r), rng.integers(0, 40, r)
+        widest = int(sizes.max())
+        drafts = np.where(np.arange(most)[None] < sizes[:, None], 7, 0)
+        costs = np.cumsum(rng.uniform(0.0, 2.0, most + 1)) + r
+        chances = [(lengths[k] if trial % 3 else lengths[0]).chance(int(matches[k])) for k in range(r)]
+        want = batch_width(np.array(chances), sizes, costs[:widest + 1])
+        cut = sizes.copy()
+        got = K._batch_cut(cut, matches, _BUCKETS, stack.counts[0], stack.counts[1], costs, drafts, widest)
+        assert cut.tolist() == np.minimum(sizes, want).tolist() and got == int(cut.max())
+        assert all(not drafts[k, cut[k]:widest].any() and (drafts[k, :cut[k]] == 7).all() for k in range(r))
+        same = sizes.copy()
+        assert K._batch_cut(same, matches, _BUCKETS, stack.counts[0], stack.counts[1], np.empty(0), drafts,
+                            widest) == widest and (same == sizes).all()
 
 
 def test_tree_draft_kernel_keeps_what_tree_sizing_keeps():
@@ -271,7 +301,7 @@ def test_tree_draft_kernel_keeps_what_tree_sizing_keeps():
         policy, cal = sizing.length, sizing.calibration
         widest = K._draft_trees(typed.List([ix._arrays for ix in indexes]), typed.List([ix._scratch for ix in indexes]),
                                lens, max_new, max_nodes, np.array([padded(n) for n in range(max_nodes + 1)]), _BUCKETS,
-                               policy.accepted, policy.rejected, policy.version, *policy.tables(r), cal.EDGES,
+                               *policy.counts, *policy.tables(r), cal.EDGES,
                                cal.accepted, cal.seen, cal.prior, sizing.step_costs(r), tokens, parents, probs, *ints)
         want_tokens, want_parents, want_sizes = pack_trees([(d.tokens, d.parents) for d in expected])
         assert ints[0].tolist() == want_sizes.tolist() and widest == want_tokens.shape[1]

@@ -145,13 +145,13 @@ def test_fused_drafts_write_at_most_their_buffers_width(kind, width):
     tokens, parents, probs = np.full((r, width), 9), np.full((r, width), 9), np.full((r, width), 9.0)
     sizes, matches, budgets, lens = (np.zeros(r, np.int64) for _ in range(4))
     pads, tables = np.arange(budget + 1), policy.tables(r)
-    common = (lens, max_new, budget, pads, _BUCKETS, policy.accepted, policy.rejected, policy.version, *tables)
+    common = (lens, max_new, budget, pads, _BUCKETS, *policy.counts, *tables)
     if kind == "ngram":
-        FK._draft(typed.List([ix._hist for ix in indexes]), typed.List([ix._state for ix in indexes]), *common, tokens,
-                 sizes, matches, budgets)
+        FK._draft(typed.List([ix._hist for ix in indexes]), typed.List([ix._state for ix in indexes]), *common,
+                 np.empty(0), tokens, sizes, matches, budgets)
     elif kind == "suffix":
         FK._draft_suffix(typed.List([ix._arrays for ix in indexes]), typed.List([ix._scratch for ix in indexes]),
-                        *common, tokens, sizes, matches, budgets)
+                        *common, np.empty(0), tokens, sizes, matches, budgets)
     else:
         cal = sizing.calibration
         FK._draft_trees(typed.List([ix._arrays for ix in indexes]), typed.List([ix._scratch for ix in indexes]),

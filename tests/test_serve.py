@@ -588,10 +588,13 @@ def test_a_full_batch_of_weak_bets_verifies_no_drafts_and_a_strong_one_pays_for_
     assert len(weak[0].draft(budgets[0], width, width)) <= width
 
 
-def test_a_batch_whose_drafts_lost_steps_its_greedy_rows_plainly(reference, monkeypatch):
+@pytest.mark.parametrize("fused", [True, False])
+def test_a_batch_whose_drafts_lost_steps_its_greedy_rows_plainly(reference, monkeypatch, fused):
     """Where steps with drafts gave fewer tokens per second than plain ones at a batch size (`StepTimes.drafts`),
-    the batch's greedy rows verify no drafts and ask their policies for none (at 64 rows that work cost 1-2 ms a
-    step); they still gain greedy's tokens."""
+    the batch's greedy rows verify no drafts: on the fused step (greedy chains alone) its kernel finds no width
+    worth a draft; on the engine's own (here: rows with a prediction, wrong everywhere) they ask their policies for
+    none (at 64 rows that work cost 1-2 ms a step). Their policies still learn from the drafts they would have
+    verified (`Row.watch`), and they gain greedy's tokens."""
     from lookahead.serve.engine import Engine
     from lookahead.serve.row import Drafting, Row, Sampling
 
@@ -599,11 +602,13 @@ def test_a_batch_whose_drafts_lost_steps_its_greedy_rows_plainly(reference, monk
     engine = Engine(model)  # its steps timed
     engine.times.plain[4], engine.times.wide[4] = 1e-3, 1.0  # 3-4 rows: drafts gave a tenth of plain steps' rate
     engine.times.PROBE = 10**9  # and no step probes the other way
-    asked = []
-    budget = Row.budget
+    asked, kinds = [], []
+    budget, step = Row.budget, Engine._step_fused
     monkeypatch.setattr(Row, "budget", lambda row, b: asked.append(b) or budget(row, b))
+    monkeypatch.setattr(Engine, "_step_fused", lambda self, f, *a: kinds.append(len(f.rows)) or step(self, f, *a))
     ids = [np.array(prompt_ids(reference, text) * 2, dtype=np.int64) for text in PROMPTS[:3]]  # repeats: matches
-    rows = [Row(p, 12, (), Sampling(0.0), Drafting(), tok) for p in ids]
+    wrong = None if fused else np.full(40, tok.eos_token_id or 0, dtype=np.int64)
+    rows = [Row(p, 12, (), Sampling(0.0), Drafting(), tok, prediction=wrong) for p in ids]
     for row in rows:
         engine.submit(row)
     try:
@@ -613,12 +618,14 @@ def test_a_batch_whose_drafts_lost_steps_its_greedy_rows_plainly(reference, monk
     finally:
         engine.stop()
     assert engine.peak == 3 and not asked and all(row.stats.draft_tokens == 0 for row in rows)
+    assert (3 in kinds) == fused and (bool(kinds) == fused)
+    assert any(row.length.version.sum() > 0 for row in rows)  # a watched draft scored
     assert [row.out for row in rows] == [greedy_ids(reference, p, 12) for p in ids]
 
 
 @pytest.mark.parametrize("lookup", ["ngram", "suffix"])
 def test_a_lone_greedy_row_takes_generates_fused_step(reference, monkeypatch, lookup):
-    """A greedy chain row running alone is stepped as `generate`'s fused path steps (`fused.for_row`: one kernel call
+    """A greedy chain row running alone is stepped as `generate`'s fused path steps (`fused.for_rows`: one kernel call
     after each forward accepts, teaches its policy, extends its index and drafts the next step); it drafts, its
     tokens are greedy's, and it compiles no fused kernel beyond what the served kind's warm-up compiled."""
     from lookahead.decode import _fused_kernels, _warm_up, fused
@@ -651,9 +658,9 @@ def test_a_lone_greedy_row_takes_generates_fused_step(reference, monkeypatch, lo
 
 
 def test_a_lone_row_on_the_fused_step_goes_on_exactly_around_a_row_that_joins_and_leaves(reference):
-    """A row stepped alone by the fused step, then with a short request that joins its batch (the engine's own step),
-    then alone again once that one is done (a fused step made anew: the batch's arrays changed): both give greedy's
-    tokens."""
+    """A row stepped alone by the fused step, then with a short request that joins its batch (a fused step of two
+    rows, made anew: the batch's arrays changed), then alone again once that one is done (made anew again): both give
+    greedy's tokens."""
     from lookahead.serve.engine import Engine
     from lookahead.serve.row import Drafting, Row, Sampling
 
@@ -661,21 +668,72 @@ def test_a_lone_row_on_the_fused_step_goes_on_exactly_around_a_row_that_joins_an
     engine = Engine(model, draft_cost=(0.0, 0.05))
     long, short = (np.array(prompt_ids(reference, text) * 2, dtype=np.int64) for text in PROMPTS[:2])
     rows = [Row(long, 40, (), Sampling(0.0), Drafting(), tok), Row(short, 6, (), Sampling(0.0), Drafting(), tok)]
-    solos = []
+    fused = []  # the rows each turn's fused step stepped
     try:
         with torch.inference_mode():
             engine.submit(rows[0])
             for _ in range(3):
                 engine._turn()
-                solos.append(engine._solo is not None)
+                fused.append(len(engine._fused.rows) if engine._fused is not None else 0)
             engine.submit(rows[1])
             while not rows[0].done:
                 engine._turn()
-                solos.append(engine._solo is not None)
+                fused.append(len(engine._fused.rows) if engine._fused is not None else 0)
     finally:
         engine.stop()
     assert [row.out for row in rows] == [greedy_ids(reference, long, 40), greedy_ids(reference, short, 6)]
-    assert solos[:3] == [True] * 3 and False in solos[3:] and True in solos[solos.index(False, 3):]
+    assert fused[:3] == [1] * 3 and 2 in fused[3:] and 1 in fused[fused.index(2, 3):]
+
+
+@pytest.mark.parametrize("lookup", ["ngram", "suffix"])
+def test_greedy_chain_rows_of_a_batch_take_the_fused_step_together(reference, monkeypatch, lookup):
+    """Greedy chain rows with their own most new tokens, joining a batch at different turns, are stepped by one
+    fused kernel call a step (`fused.for_rows`), each row with its own policy (`policy.Stacked`: what the kernels
+    teach a row, its `DraftLength` knows): they draft, every row's tokens are greedy's, and a row with other eos ids
+    sends the batch back to the engine's own step."""
+    from lookahead.decode import _warm_up
+    from lookahead.runtime.jit import SERVED
+    from lookahead.serve.engine import Engine
+    from lookahead.serve.row import Drafting, Row, Sampling
+
+    _warm_up.kind(*SERVED)
+    model, tok = reference
+    widths = []
+    step = Engine._step_fused
+    monkeypatch.setattr(Engine, "_step_fused", lambda self, f, *a: widths.append(len(f.rows)) or step(self, f, *a))
+    engine = Engine(model, draft_cost=(0.0, 0.05))
+    ids = [np.array(prompt_ids(reference, text) * 2, dtype=np.int64) for text in PROMPTS[:3]]
+    news = [30, 9, 17]
+    rows = [Row(p, n, (), Sampling(0.0), Drafting(lookup=lookup), tok) for p, n in zip(ids, news)]
+    try:
+        with torch.inference_mode():
+            engine.submit(rows[0])
+            engine._turn()
+            engine.submit(rows[1])
+            engine.submit(rows[2])
+            while not all(row.done for row in rows):
+                engine._turn()
+    finally:
+        engine.stop()
+    assert [row.out for row in rows] == [greedy_ids(reference, p, n) for p, n in zip(ids, news)]
+    assert 3 in widths and sum(row.stats.draft_tokens for row in rows) > 0
+    assert all(row.length.version.sum() > 0 for row in rows if row.stats.draft_tokens)  # each row's own policy
+    assert all(row.length.accepted.base is not None for row in rows)  # a view of the stack it ran in
+
+    want = [greedy_ids(reference, p, 8) for p in ids[:2]]
+    stop = want[1][3]  # the second row's own eos id: its fourth token
+    other = [Row(ids[0], 8, (), Sampling(0.0), Drafting(lookup=lookup), tok),
+             Row(ids[1], 8, (stop,), Sampling(0.0), Drafting(lookup=lookup), tok)]
+    engine, widths[:] = Engine(model, draft_cost=(0.0, 0.05)), []
+    try:
+        with torch.inference_mode():
+            for row in other:
+                engine.submit(row)
+            while not all(row.done for row in other):
+                engine._turn()
+    finally:
+        engine.stop()
+    assert 2 not in widths and [row.out for row in other] == [want[0], want[1][:want[1].index(stop) + 1]]
 
 
 def test_a_row_left_out_of_a_step_learns_from_the_tokens_that_come(reference):

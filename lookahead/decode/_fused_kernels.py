@@ -30,14 +30,17 @@ from ..index import _kernels as NK
 from ..index import _suffix_build as SB
 from ..index._suffix_draft import Scratch, suffix_chain, suffix_tree
 from ..verify._kernels import greedy_chain, greedy_tree
-from ._policy_kernels import choose, pack_picked, record, tree_pick, tree_record, tree_size
+from ._policy_kernels import bucket, choose, pack_picked, record, tree_pick, tree_record, tree_size
 
 PTR, RUN = NK.PTR, NK.RUN
 
 # What the step kernels take, in bundles (numba types each as a tuple; `fused._Fused` builds them once per `run_rows`)
-Policy = namedtuple("Policy", "edges accepted rejected version")  # the length policy's tables (`DraftLength`)
-Sizing = namedtuple("Sizing", "most pads costs table seen")  # draft tokens or nodes a row asks at most, the columns
-# a step verifying n computes anyway (pads [most + 1]) and the step costs of this many rows (`policy.tables`)
+Policy = namedtuple("Policy", "edges accepted rejected version")  # the length policy's tables [P, buckets], one
+# policy for every row (P = 1, `DraftLength.counts`) or one per row (`policy.Stacked`)
+Sizing = namedtuple("Sizing", "most pads costs table seen widths")  # draft tokens or nodes a row asks at most, the
+# columns a step verifying n computes anyway (pads [most + 1]), the step costs of this many rows and the best lengths
+# (`policy.tables`), and what a chain step of the whole batch costs at each width (empty: each row as its policy
+# asks, `generate`; the server's `StepTimes.costs`: `_batch_cut`)
 Rows = namedtuple("Rows", "eos max_new lens out last counts bonus done totals budgets")  # the rows' decoding: eos ids,
 # most new tokens, tokens so far [r], out [r, max_new], newest token, the step's verdict (counts, bonus), done [r],
 # drafted and accepted tokens [2], each row's draft budget [r]
@@ -51,7 +54,7 @@ TreeWork = namedtuple("TreeWork", "paths cols nodes step_costs")  # an accepted 
 
 @njit(cache=True)
 def _draft(hists, states, lens, max_new, max_tokens, pads, edges, accepted, rejected, version, costs, table, seen,
-          drafts, sizes, matches, budgets):
+          widths, drafts, sizes, matches, budgets):
     """Each row's next chain draft into drafts [r, >= max_tokens] (zero past its size; a row writes at most drafts'
     width, `ngram_propose`), sizes [r] and the match behind it, matches [r]; returns the widest draft. `lens` [r]:
     tokens each row has generated, of max_new; pads [max_tokens + 1]: the draft columns a step verifying n computes
@@ -63,12 +66,13 @@ def _draft(hists, states, lens, max_new, max_tokens, pads, edges, accepted, reje
     for k in range(len(states)):
         ask = _ask(k, upto, matches, budgets, lens, max_new)
         sizes[k] = NK.ngram_propose(hists[k], states[k], ask, drafts[k]) if ask > 0 else -1
-    return _cut(sizes, budgets, max_tokens, pads, drafts)
+    widest = _cut(sizes, budgets, max_tokens, pads, drafts)
+    return _batch_cut(sizes, matches, edges, accepted, rejected, widths, drafts, widest)
 
 
 @njit(cache=True)
 def _draft_suffix(automata, scratches, lens, max_new, max_tokens, pads, edges, accepted, rejected, version, costs,
-                 table, seen, drafts, sizes, matches, budgets):
+                 table, seen, widths, drafts, sizes, matches, budgets):
     """`_draft` from `SuffixIndex`es (their greedy paths, `SuffixIndex.propose`); a row asks for at most drafts'
     width (`suffix_chain` writes at most its scratch's chain)."""
     for k in range(len(automata)):
@@ -81,7 +85,8 @@ def _draft_suffix(automata, scratches, lens, max_new, max_tokens, pads, edges, a
         chain = Scratch(*scratches[k]).chain
         for j in range(sizes[k]):
             drafts[k, j] = chain[j]
-    return _cut(sizes, budgets, max_tokens, pads, drafts)
+    widest = _cut(sizes, budgets, max_tokens, pads, drafts)
+    return _batch_cut(sizes, matches, edges, accepted, rejected, widths, drafts, widest)
 
 
 @njit(cache=True)
@@ -119,6 +124,36 @@ def _cut(sizes, budgets, max_tokens, pads, drafts):
     for k in range(sizes.shape[0]):
         drafts[k, sizes[k]:widest] = 0
     return widest
+
+
+@njit(cache=True)
+def _batch_cut(sizes, matches, edges, accepted, rejected, widths, drafts, widest):
+    """The server's width for the whole batch (`policy.batch_width`, which `serve.engine` takes on its own path): the
+    draft columns w < len(widths) with the most tokens expected per unit of cost, widths[w] what the batch's step
+    costs at width w (`StepTimes.costs`); row k drafts min(w, sizes[k]) tokens, each accepted with its policy's
+    chance behind its match given the one before. Every row's draft is cut to it (zero past its size); returns the
+    widest. Empty widths: no cut (`widest` as it is)."""
+    if widths.shape[0] == 0:
+        return widest
+    r, shared = sizes.shape[0], accepted.shape[0] == 1
+    q = np.empty(r)
+    for k in range(r):
+        p, b = 0 if shared else k, bucket(edges, matches[k])
+        q[k] = min(max(accepted[p, b] / (accepted[p, b] + rejected[p, b]), 0.0), 0.999)
+    best, best_value = 0, -1.0
+    for w in range(min(widths.shape[0], widest + 1)):
+        gain = 0.0
+        for k in range(r):
+            gain += (1.0 - q[k] ** (min(w, sizes[k]) + 1)) / (1.0 - q[k])
+        if gain / widths[w] > best_value:  # the narrowest of equals
+            best, best_value = w, gain / widths[w]
+    cut = 0
+    for k in range(r):
+        sizes[k] = min(sizes[k], best)
+        cut = max(cut, sizes[k])
+    for k in range(r):
+        drafts[k, sizes[k]:widest] = 0
+    return cut
 
 
 @njit(cache=True)
@@ -291,8 +326,8 @@ def draft(index, rows, sizing, policy, d):
     returns the widest (`_draft`)."""
     hists, _, states = index
     return _draft(hists, states, rows.lens, rows.max_new, sizing.most, sizing.pads, policy.edges, policy.accepted,
-                  policy.rejected, policy.version, sizing.costs, sizing.table, sizing.seen, d.tokens, d.sizes,
-                  d.matches, rows.budgets)
+                  policy.rejected, policy.version, sizing.costs, sizing.table, sizing.seen, sizing.widths, d.tokens,
+                  d.sizes, d.matches, rows.budgets)
 
 
 @njit(cache=True)
@@ -316,7 +351,7 @@ def draft_suffix(index, rows, sizing, policy, d):
     automata, scratches = index
     return _draft_suffix(automata, scratches, rows.lens, rows.max_new, sizing.most, sizing.pads, policy.edges,
                          policy.accepted, policy.rejected, policy.version, sizing.costs, sizing.table, sizing.seen,
-                         d.tokens, d.sizes, d.matches, rows.budgets)
+                         sizing.widths, d.tokens, d.sizes, d.matches, rows.budgets)
 
 
 @njit(cache=True)

@@ -5,8 +5,9 @@ They replace a dozen numpy calls per step (bucketing, bincounts, a [buckets, K+1
 was a sixth of a batch-1 step's host time. Each bucket's best length is cached in a table per batch size and
 recomputed only when a step taught its bucket something (`version` moved past the table's `seen`).
 
-Every per-bucket array (accepted, rejected, version, table, seen; the calibration's accepted and seen) is as long as
-its edges, and a bucket index is < len(edges) (`bucket`): the policy objects allocate them from the same edges.
+Every per-bucket array (accepted, rejected, version, table, seen: [P, buckets], one policy or one per row; the
+calibration's accepted and seen) is as long as its edges, and a bucket index is < len(edges) (`bucket`): the policy
+objects allocate them from the same edges.
 """
 
 import numpy as np
@@ -56,32 +57,38 @@ def best_length(q, costs):
 def choose(matches, edges, accepted, rejected, version, costs, table, seen, out):
     """out[i] = the draft length of a row whose match is matches[i] (0 when nothing matched); out [>= b].
 
-    A bucket's table entry is recomputed when its version moved since the table saw it (table, seen [buckets]).
+    The policies' tables are [P, buckets] (accepted, rejected, version, and the best lengths `table` with the version
+    each was computed at, `seen`): one policy every row shares (P = 1, `generate`'s batch), or one per row (P = the
+    rows: the server's, each row its own, `policy.Stacked`). A bucket's table entry is recomputed when its version
+    moved since the table saw it.
     """
+    shared = accepted.shape[0] == 1
     for i in range(matches.shape[0]):
         if matches[i] <= 0:
             out[i] = 0
             continue
-        b = bucket(edges, matches[i])
-        if seen[b] != version[b]:
-            table[b] = best_length(accepted[b] / (accepted[b] + rejected[b]), costs)
-            seen[b] = version[b]
-        out[i] = table[b]
+        p, b = 0 if shared else i, bucket(edges, matches[i])
+        if seen[p, b] != version[p, b]:
+            table[p, b] = best_length(accepted[p, b] / (accepted[p, b] + rejected[p, b]), costs)
+            seen[p, b] = version[p, b]
+        out[i] = table[p, b]
 
 
 @njit(cache=True)
 def record(matches, drafted, counts, edges, accepted, rejected, version):
     """Add a step's rows to their buckets: counts[i] accepted of drafted[i] (rows that drafted nothing teach nothing).
 
-    A row adds its accepted tokens to `accepted` and one to `rejected` when it stopped short of its draft."""
+    A row adds its accepted tokens to `accepted` and one to `rejected` when it stopped short of its draft; the tables
+    are [P, buckets] as `choose` reads them (P = 1: one policy for every row)."""
+    shared = accepted.shape[0] == 1
     for i in range(matches.shape[0]):
         if drafted[i] <= 0:
             continue
-        b = bucket(edges, matches[i])
-        accepted[b] += counts[i]
+        p, b = 0 if shared else i, bucket(edges, matches[i])
+        accepted[p, b] += counts[i]
         if counts[i] < drafted[i]:
-            rejected[b] += 1.0
-        version[b] += 1
+            rejected[p, b] += 1.0
+        version[p, b] += 1
 
 
 @njit(cache=True)

@@ -24,8 +24,8 @@ def kind(lookup: str, draft: str, rows: int, cache: str, decoding: str) -> None:
              ("suffix", "tree"): trees, ("suffix+recycle", "tree"): recycle_trees}
     if decoding == "greedy" and (lookup, draft) in fused:  # sampling is unfused
         fused[lookup, draft](rows > 1)
-    elif decoding == "served":  # the server's rows running alone: one row's chains (`fused.for_row`)
-        chains(), suffix_chains()
+    elif decoding == "served":  # the server's greedy chain rows: one row's and several rows' (`fused.for_rows`)
+        chains(True), suffix_chains(True)
 
 
 def indexes() -> None:
@@ -43,12 +43,13 @@ def policy() -> None:
     """The sizing policies' kernels (`DraftLength`, `TreeSizing`, `TreeCalibration`)."""
     k = _policy_kernels
     edges = np.array([0, 1, 2], dtype=np.int64)
-    accepted, rejected = np.ones(3), np.ones(3)
-    version, seen, table = np.zeros(3, np.int64), np.full(3, -1, np.int64), np.zeros(3, np.int64)
+    accepted, rejected = np.ones((1, 3)), np.ones((1, 3))  # [policies, buckets]
+    version, seen, table = np.zeros((1, 3), np.int64), np.full((1, 3), -1, np.int64), np.zeros((1, 3), np.int64)
     matches, one = np.array([2], np.int64), np.ones(1, np.int64)
     k.choose(matches, edges, accepted, rejected, version, np.ones(3), table, seen, np.zeros(1, np.int64))
     k.record(matches, one, one, edges, accepted, rejected, version)
     fedges, probs = np.array([0.0, 0.5]), np.array([[0.9, 0.2]])
+    accepted, rejected = accepted[0], rejected[0]  # a calibration's tables
     k.tree_size(probs[0], fedges, accepted[:2], rejected[:2], 4.0, np.ones(3))
     pick, path = np.zeros(2, np.int64), np.zeros(2, np.int64)
     total = k.tree_pick(np.array([-1, 0], np.int64), 1, 0, 2, False, pick, path)
@@ -114,9 +115,9 @@ def _bundles(r: int) -> tuple:
     from .policy import _BUCKETS
 
     buckets = len(_BUCKETS)
-    policy = Policy(_BUCKETS, np.full(buckets, 3.0), np.ones(buckets), np.zeros(buckets, np.int64))
-    sizing = Sizing(4, np.array([0, 1, 3, 3, 7]), np.array([1.0, 1.1, 1.2, 1.3, 1.4]), np.zeros(buckets, np.int64),
-                    np.full(buckets, -1))
+    policy = Policy(_BUCKETS, np.full((1, buckets), 3.0), np.ones((1, buckets)), np.zeros((1, buckets), np.int64))
+    sizing = Sizing(4, np.array([0, 1, 3, 3, 7]), np.array([1.0, 1.1, 1.2, 1.3, 1.4]),
+                    np.zeros((1, buckets), np.int64), np.full((1, buckets), -1), np.ones(5))  # widths: a batch's cut
     ints = np.zeros((4, r), np.int64)
     rows = Rows(np.array([7]), 8, ints[0], np.zeros((r, 8), np.int64), ints[1], ints[2], ints[3],
                 np.zeros(r, np.bool_), np.zeros(2, np.int64), np.zeros(r, np.int64))

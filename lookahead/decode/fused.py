@@ -27,7 +27,7 @@ from ..index.recycle import RecycleIndex
 from ..index.suffix import SuffixIndex
 from ..model import CausalLM, StaticCausalLM
 from ..verify.batch import DraftBatch, Verdict, _chain_parents
-from .policy import _BUCKETS
+from .policy import _BUCKETS, Stacked
 
 
 def fused(target, rows, run, max_new: int, clock):
@@ -45,19 +45,31 @@ def fused(target, rows, run, max_new: int, clock):
     return kind(target, run, max_new, clock, rows.indexes)
 
 
-def for_row(target, index, length, eos, max_new: int, stats):
-    """A fused step for one greedy chain row driven from outside `generate` (the server's engine, `start` and `step`
-    one step at a time): the row's index, its own `DraftLength` (the kernels teach it), its eos ids (any collection:
-    `_Fused` sorts them into the kernels' array) and most new tokens, the stats its forwards count in; None where no fused step takes its index or its target."""
-    kind = {NgramIndex: FusedChains, SuffixIndex: FusedSuffixChains}.get(type(index))
-    if kind is None or not isinstance(target, (CausalLM, StaticCausalLM)):
+def for_rows(target, indexes: list, lengths: list, eos, max_new: int, stats, widths=None):
+    """A fused step for greedy chain rows driven from outside `generate` (the server's engine, `start` and `step` one
+    step at a time): the rows' indexes (all `NgramIndex`es or all `SuffixIndex`es), their own `DraftLength`s (one
+    row's as it is, several stacked, `policy.Stacked`: the kernels teach each row's), their eos ids (any collection:
+    `_Fused` sorts them into the kernels' array), most new tokens, the stats their forwards count in, and `widths`:
+    what the batch's step costs at each draft width, [most draft tokens + 1], which the caller may rewrite before
+    each step (`_fused_kernels._batch_cut`; None: each row drafts what its policy asks). None where no fused step
+    takes the indexes, their policies or the target."""
+    kind = {NgramIndex: FusedChains, SuffixIndex: FusedSuffixChains}.get(type(indexes[0]))
+    if (kind is None or not all(type(ix) is type(indexes[0]) for ix in indexes) or not Stacked.takes(lengths)
+            or not isinstance(target, (CausalLM, StaticCausalLM))):
         return None
+    if kind is FusedChains and len({(ix.max_ngram, ix.min_ngram) for ix in indexes}) > 1:
+        return None
+    length = lengths[0] if len(lengths) == 1 else Stacked(lengths)
     run = types.SimpleNamespace(sizing=types.SimpleNamespace(chain=True, length=length),
                                 stopper=types.SimpleNamespace(eos=eos), stats=stats, forwards=0)
-    return kind(target, run, max_new, _UNTIMED, [index])
+    fused = kind(target, run, max_new, _UNTIMED, indexes)
+    if widths is not None:
+        fused.widths = widths
+    return fused
 
 
 _UNTIMED = types.SimpleNamespace(lap=lambda phase: None)  # a clock that times nothing
+_UNCUT = np.empty(0)  # `Sizing.widths` of a step whose rows draft what their policies ask
 
 
 class _Fused:
@@ -162,8 +174,10 @@ class _Fused:
         budgets, counts, bonus = np.zeros((3, r), dtype=np.int64)  # one allocation: each costs more than its use
         rows = Rows(self.eos, self.max_new, lens, out, last, counts, bonus, np.zeros(r, dtype=np.bool_),
                     np.zeros(2, dtype=np.int64), budgets)
-        return {"rows": rows, "policy": Policy(_BUCKETS, policy.accepted, policy.rejected, policy.version),
-                "sizing": Sizing(self.budget, self.pads, *policy.tables(r)), "widest": 0}
+        return {"rows": rows, "policy": Policy(_BUCKETS, *policy.counts),
+                "sizing": Sizing(self.budget, self.pads, *policy.tables(r), self.widths), "widest": 0}
+
+    widths = _UNCUT  # what a chain step of the whole batch costs at each width (`for_rows`), or empty
 
     def _drafts(self, r: int) -> tuple:
         """Two steps' draft buffers for r rows (this step's, the next one's; `Chains`), each tokens [r, budget],

@@ -224,6 +224,41 @@ class StepTimes:
             self.wide[key] = _moved(self.wide.get(key), gained / seconds, self.weight)
 
 
+class Stacked:
+    """Rows' own `DraftLength`s as one policy of [rows, buckets] tables, as the fused kernels take one per row (the
+    server's rows: `serve.engine`, `fused.for_rows`). Each policy is bound to its row of the stack (`bind`), so
+    what the kernels teach a row, its policy knows, and the row goes on with it when it leaves the stack. The rows'
+    policies have one `max_tokens` and one cost model (`takes`).
+
+    Example:
+        >>> rows = [DraftLength(4, 0.1), DraftLength(4, 0.1)]
+        >>> stack = Stacked(rows)
+        >>> stack.counts[0][1, 0] = 7.0
+        >>> float(rows[1].accepted[0])
+        7.0
+    """
+
+    def __init__(self, lengths: list):
+        first = lengths[0]
+        self.max_tokens, self.cost = first.max_tokens, first.cost
+        self.counts = tuple(np.concatenate([length.counts[i] for length in lengths]) for i in range(3))
+        for k, length in enumerate(lengths):
+            length.bind(*(c[k:k + 1] for c in self.counts))
+        self._rows = len(lengths)
+
+    @staticmethod
+    def takes(lengths: list) -> bool:
+        """Whether these policies stack: the same most draft tokens and cost model."""
+        return all(length.max_tokens == lengths[0].max_tokens and length.cost == lengths[0].cost
+                   for length in lengths)
+
+    def tables(self, batch: int) -> tuple:
+        """`DraftLength.tables` for the stack: (step costs [K+1], best lengths and the versions they were computed at
+        [rows, buckets], all unseen: each is computed when first read)."""
+        best, seen = np.full((2, self._rows, len(_BUCKETS)), -1, np.int64)
+        return step_costs(self.cost, self.max_tokens, batch), best, seen
+
+
 def _size(b: int) -> int:
     return 1 << max(int(b) - 1, 0).bit_length()
 
@@ -286,24 +321,30 @@ class DraftLength:
 
     def __init__(self, max_tokens: int, cost: float, prior: tuple = (3.0, 1.0)):
         self.max_tokens, self.cost = max_tokens, as_cost(cost)
-        self.accepted = np.full(len(_BUCKETS), prior[0])
-        self.rejected = np.full(len(_BUCKETS), prior[1])
-        self.version = np.zeros(len(_BUCKETS), dtype=np.int64)  # moves when a step teaches the bucket anything
-        self._tables = {}  # per batch size: (step costs [K+1], best length [buckets], version seen [buckets])
+        n = len(_BUCKETS)  # version: moves when a step teaches the bucket anything
+        self.bind(np.full((1, n), prior[0]), np.full((1, n), prior[1]), np.zeros((1, n), dtype=np.int64))
+        self._tables = {}  # per batch size: (step costs [K+1], best length [1, buckets], version seen [1, buckets])
+
+    def bind(self, accepted: np.ndarray, rejected: np.ndarray, version: np.ndarray) -> None:
+        """Keep the policy's counts in these [1, buckets] arrays: its own, or its row of a `Stacked` (views, so
+        that what a kernel teaches the stack, the policy knows). `counts` is what the kernels take; `accepted`,
+        `rejected` and `version` are their [buckets] rows."""
+        self.counts = (accepted, rejected, version)
+        self.accepted, self.rejected, self.version = accepted[0], rejected[0], version[0]
 
     def choose(self, match_lengths: np.ndarray) -> np.ndarray:
         """Draft length for each row, given the length of the match behind its next proposal (one per row)."""
         kern = kernels(_policy_kernels)
         matches = np.asarray(match_lengths, dtype=np.int64)
         out = np.empty(len(matches), dtype=np.int64)
-        kern.choose(matches, _BUCKETS, self.accepted, self.rejected, self.version, *self.tables(len(matches)), out)
+        kern.choose(matches, _BUCKETS, *self.counts, *self.tables(len(matches)), out)
         return out
 
     def tables(self, batch: int) -> tuple:
         """What `choose` reads for a batch of `batch` rows besides the counts: (step costs [K+1], each bucket's best
-        length [buckets], the bucket version it was computed at [buckets])."""
+        length [1, buckets], the bucket version it was computed at [1, buckets])."""
         if batch not in self._tables:
-            best, seen = np.full((2, len(_BUCKETS)), -1, np.int64)  # a best length is read only once seen
+            best, seen = np.full((2, 1, len(_BUCKETS)), -1, np.int64)  # a best length is read only once seen
             self._tables[batch] = (step_costs(self.cost, self.max_tokens, batch), best, seen)
         return self._tables[batch]
 
@@ -311,7 +352,7 @@ class DraftLength:
         """Record a step: the rows' match lengths, how many tokens each drafted and how many were accepted."""
         kern = kernels(_policy_kernels)
         kern.record(np.asarray(match_lengths, dtype=np.int64), np.asarray(drafted, dtype=np.int64),
-                 np.asarray(accepted, dtype=np.int64), _BUCKETS, self.accepted, self.rejected, self.version)
+                 np.asarray(accepted, dtype=np.int64), _BUCKETS, *self.counts)
 
     def acceptance(self) -> np.ndarray:
         """Estimated per-token acceptance probability of each match-length bucket."""

@@ -10,6 +10,11 @@ drop cancelled rows, then one step for all rows of a batch:
     or speculative sampling with the row's temperature, top-p and generator) -> commit (the cache keeps each row's
     accepted path) -> advance (append, stream, stop) -> drop finished rows.
 
+A batch whose rows are all greedy chains from n-gram or suffix indexes, without a prediction and with one set of eos
+ids, takes `generate`'s fused step instead (`fused.for_rows`: after the forward, one kernel call accepts, teaches
+each row's policy, stops, extends the indexes and drafts the next step, cut to the same batch width); its rows then
+advance as any row does.
+
 Greedy rows gain exactly the tokens `model.generate(do_sample=False)` gives their prompt alone: each row's attention
 sees its own slots only and its positions are its own. The acceptance rules are `lookahead.verify`'s.
 
@@ -33,7 +38,7 @@ import torch
 from ..runtime.jit import SERVED, setting, tier
 from ..decode.calibrate import budget, draft_cost
 from ..decode.engine import Batch
-from ..decode.fused import for_row
+from ..decode.fused import for_rows
 from ..decode.policy import CostCurve, StepTimes, batch_width
 from ..decode.settings import DRAFT_TOKENS, GenerationStats, make_settings
 from ..model.attention import packed_attention
@@ -121,7 +126,7 @@ class Engine:
         self.stats = GenerationStats()  # forwards, for the metrics
         self.freed = 0  # cancelled rows dropped from the batch (or never prefilled)
         self.peak = 0  # most rows a step has verified together
-        self._solo = None  # the fused step of a row running alone (`_Solo`), or None
+        self._fused = None  # the fused step of a batch of greedy chain rows (`_Fused`), or None
         self._stop = threading.Event()
         context = contextvars.copy_context()  # the loop runs in its creator's context (the kernels' tier: `_jit`)
         self._thread = threading.Thread(target=context.run, args=(self._run,), name="lookahead-engine", daemon=True)
@@ -276,9 +281,9 @@ class Engine:
         self.peak = max(self.peak, b)
         target.pads = self.pads if b == 1 else None  # where a wider forward costs less (measured at batch 1)
         most = getattr(target, "most", None)  # the static step's widest: no row verifies more
-        solo = self._solo_for(batch, most)
-        if solo is not None:
-            return self._step_solo(solo, start, timed)
+        fused = self._fused_for(batch, most)
+        if fused is not None:
+            return self._step_fused(fused, start, timed)
         # a batch of chains whose steps with drafts lost at this size (`StepTimes.drafts`) verifies only its sampling
         # rows' drafts: its greedy rows ask nothing of their policies (at 64 SmolLM2 rows 1-2 ms a step)
         drafting = b == 1 or not all(row.chain for row in rows) or self.times.drafts(b)
@@ -310,42 +315,71 @@ class Engine:
             self.times.record(b, drafted.width, time.perf_counter() - start, b + int(verdict.counts.sum()))
         self._drop(batch, done)
 
-    def _solo_for(self, batch: Batch, most):
-        """The fused step of a batch's one row (`_Solo`), kept across steps while it runs alone (made anew after any
-        row joined or left: the batch's arrays are new then); None where the batch has more rows, or its row is not a
-        greedy chain from an n-gram or suffix index without a prediction (those draft as the engine's rows do)."""
+    def _fused_for(self, batch: Batch, most):
+        """The fused step of a batch whose rows are all greedy chains from n-gram or suffix indexes with no prediction
+        and one set of eos ids (`_Fused`), kept across steps while the same rows run (made anew after any row joined
+        or left: the batch's arrays are new then); None for any other batch (its rows draft as the engine's rows do)."""
         rows = batch.rows
-        solo = self._solo
-        if solo is not None and solo.batch is batch and solo.row is rows[0] and len(rows) == 1 and batch.settled:
-            return solo
-        self._solo, row = None, rows[0]
-        if (len(rows) > 1 or self.apart is not None or not row.sampling.greedy or row.tree is not None
-                or row.index is None or (row.prediction is not None and len(row.prediction))
-                or (most is not None and most < row.length.max_tokens)):
+        kept = self._fused
+        if kept is not None and kept.batch is batch and batch.settled and kept.rows == rows:
+            return kept
+        self._fused = None
+        first = rows[0]
+        if self.apart is not None or any(
+                not row.sampling.greedy or row.tree is not None or row.index is None or row.eos != first.eos
+                or (row.prediction is not None and len(row.prediction))
+                or (most is not None and most < row.length.max_tokens) for row in rows):
             return None
-        step = for_row(batch.target, row.index, row.length, row.eos, row.max_new, self.stats)
-        if step is not None:
-            self._solo = _Solo(batch, row, step)
-            self._solo.state = step.start(self._solo, [len(row.out)])  # its first draft
-        return self._solo
+        # each row's own most new tokens, in one `out` as wide as the longest: a row's tokens so far count from
+        # where its room ends at that width (the kernels stop a row at lens == max_new)
+        top = max(row.max_new for row in rows)
+        widths = np.empty(first.length.max_tokens + 1) if len(rows) > 1 else None
+        step = for_rows(batch.target, [row.index for row in rows], [row.length for row in rows], first.eos, top,
+                        self.stats, widths)
+        if step is None:
+            return None
+        fused = self._fused = _Fused(batch, step, widths)
+        self._widths(fused)
+        fused.state = step.start(fused, [top - row.max_new + len(row.out) for row in rows])  # its first draft
+        return fused
 
-    def _step_solo(self, solo: "_Solo", start: float, timed: bool) -> None:
-        """One step of a lone greedy chain row as `generate`'s fused path takes it (`fused.for_row`): one kernel call
-        after the forward accepts, teaches the row's policy, stops, extends its index and drafts the next step; the
-        row then streams its tokens as any row does."""
-        row, s = solo.row, solo.state
-        before, drafted, width = int(s["lens"][0]), int(s["batch"].sizes[0]), s["batch"].width
-        solo.fused.step(solo, s)
+    def _step_fused(self, fused: "_Fused", start: float, timed: bool) -> None:
+        """One step of a batch of greedy chain rows as `generate`'s fused path takes it (`fused.for_rows`): one
+        kernel call after the forward accepts, teaches each row's policy, stops, extends each row's index and drafts
+        the next step (cut to the width that pays for the whole batch, `_widths`); the rows then stream their tokens
+        as any row does."""
+        rows, s = fused.rows, fused.state
+        before, drafted, width = s["lens"].copy(), s["batch"].sizes.tolist(), s["batch"].width
+        self._widths(fused)  # for the next step's draft, which this step's kernel call makes
+        fused.fused.step(fused, s)
         if self.metrics is not None:
             self.metrics.forwards.inc()
-        accepted = int(s["rows"].counts[0])
-        row.counted(drafted, accepted)
-        done = row.advance(s["out"][0, before:s["lens"][0]].tolist(), indexed=True)
+        counts, lens, out = s["rows"].counts.tolist(), s["lens"].tolist(), s["out"]
+        done = []
+        for k, row in enumerate(rows):
+            row.counted(drafted[k], counts[k])
+            done.append(row.advance(out[k, before[k]:lens[k]].tolist(), indexed=True))
+        if any(done):
+            self._fused = None
+        elif fused.widths is not None:  # a row the batch's width left out of the next step learns from the tokens
+            for row, size in zip(rows, s["batch"].sizes.tolist()):  # that come, as on the engine's path
+                if not size:
+                    row.watch()
         if timed:
-            self.times.record(1, width, time.perf_counter() - start, 1 + accepted)
-        if done:
-            self._solo = None
-        self._drop(solo.batch, [done])
+            self.times.record(len(rows), width, time.perf_counter() - start, len(rows) + sum(counts))
+        self._drop(fused.batch, done)
+
+    def _widths(self, fused: "_Fused") -> None:
+        """What the batch's next step costs at each draft width, as this engine's steps were timed
+        (`StepTimes.costs`), into the fused step's `widths`, where its kernel chooses the width that pays for the
+        whole batch (`policy.batch_width`, as `_width` does here); every width but 0 priced out where drafting lost
+        at this batch size (`StepTimes.drafts`). A row alone drafts what its policy asks."""
+        if fused.widths is None:
+            return
+        b = len(fused.rows)
+        fused.widths[:] = self.times.costs(b, len(fused.widths) - 1)
+        if not self.times.drafts(b):
+            fused.widths[1:] = np.inf
 
     def _width(self, rows: list, budgets: list, fill: int, drafting: bool = True):
         """The most draft tokens a greedy row verifies in this step: the width with the most tokens expected per unit
@@ -402,13 +436,14 @@ class Engine:
             self.metrics.row_done(row)
 
 
-class _Solo:
-    """A row running alone in its batch, stepped by `generate`'s fused step (`fused.for_row`): what the step reads of
-    the rows it steps (their indexes, ids, newest tokens, `step`), and its state between steps."""
+class _Fused:
+    """A batch of greedy chain rows stepped by `generate`'s fused step (`fused.for_rows`): what the step reads of
+    the rows it steps (their indexes, ids, newest tokens, `step`), the batch's step costs per width it reads
+    (`widths`, None for a row alone), and its state between steps."""
 
-    def __init__(self, batch: Batch, row, fused):
-        self.batch, self.row, self.fused, self.state = batch, row, fused, None
-        self.indexes, self.ids = [row.index], [0]
+    def __init__(self, batch: Batch, fused, widths):
+        self.batch, self.rows, self.fused, self.widths, self.state = batch, list(batch.rows), fused, widths, None
+        self.indexes, self.ids = [row.index for row in self.rows], list(range(len(self.rows)))
 
     @property
     def last(self) -> np.ndarray:

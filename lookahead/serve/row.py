@@ -223,7 +223,7 @@ class Row:
 
     def counted(self, drafted: int, accepted: int) -> None:
         """Count a step the row took part in: one forward, its draft tokens and those accepted (`learn`, or a step the
-        fused kernel took for the row alone, `engine.Engine._step_solo`, which taught its policy there)."""
+        fused kernel took for the row, `engine.Engine._step_fused`, which taught its policy there)."""
         c = self.stats
         c.add_forward(1)
         c.draft_tokens += drafted

@@ -689,14 +689,18 @@ def test_a_lone_row_on_the_fused_step_goes_on_exactly_around_a_row_that_joins_an
 def test_greedy_chain_rows_of_a_batch_take_the_fused_step_together(reference, monkeypatch, lookup):
     """Greedy chain rows with their own most new tokens, joining a batch at different turns, are stepped by one
     fused kernel call a step (`fused.for_rows`), each row with its own policy (`policy.Stacked`: what the kernels
-    teach a row, its `DraftLength` knows): they draft, every row's tokens are greedy's, and a row with other eos ids
-    sends the batch back to the engine's own step."""
-    from lookahead.decode import _warm_up
+    teach a row, its `DraftLength` knows): they draft, every row's tokens are greedy's, no fused kernel compiles
+    beyond what the served kind's warm-up compiled, and a row with other eos ids sends the batch back to the engine's
+    own step."""
+    from lookahead.decode import _fused_kernels, _policy_kernels, _warm_up
     from lookahead.runtime.jit import SERVED
     from lookahead.serve.engine import Engine
     from lookahead.serve.row import Drafting, Row, Sampling
 
     _warm_up.kind(*SERVED)
+    kernels = [getattr(_fused_kernels, name) for name in ("draft", "step", "draft_suffix", "step_suffix", "kept")]
+    kernels += [_policy_kernels.choose, _policy_kernels.record]
+    warm = [len(kernel.signatures) for kernel in kernels]
     model, tok = reference
     widths = []
     step = Engine._step_fused
@@ -719,6 +723,7 @@ def test_greedy_chain_rows_of_a_batch_take_the_fused_step_together(reference, mo
     assert 3 in widths and sum(row.stats.draft_tokens for row in rows) > 0
     assert all(row.length.version.sum() > 0 for row in rows if row.stats.draft_tokens)  # each row's own policy
     assert all(row.length.accepted.base is not None for row in rows)  # a view of the stack it ran in
+    assert [len(kernel.signatures) for kernel in kernels] == warm
 
     want = [greedy_ids(reference, p, 8) for p in ids[:2]]
     stop = want[1][3]  # the second row's own eos id: its fourth token

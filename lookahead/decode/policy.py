@@ -317,6 +317,7 @@ class DraftLength:
     Example:
         >>> policy = DraftLength(10, cost=0.1)
         >>> policy.choose(np.array([4, 1]))        # match lengths of two rows -> draft lengths
+        array([3, 3])
     """
 
     def __init__(self, max_tokens: int, cost: float, prior: tuple = (3.0, 1.0)):

@@ -1,6 +1,8 @@
 """A row's text as it grows: incremental detokenization, stop strings, and what may be streamed so far."""
 from __future__ import annotations
 
+WINDOW = 16  # the most tokens a window holds before it moves on (a decode of a few more costs about the same)
+
 
 class TextOut:
     """The text of a row's new tokens, cut at the first stop string.
@@ -8,8 +10,9 @@ class TextOut:
     `update(tokens)` decodes the tokens that came since the last call and returns the text that may be sent now:
     never a character that could still turn out to be part of a stop string, nor an incomplete UTF-8 sequence
     (decoded as U+FFFD). Decoding is incremental (as vLLM's and transformers' `TextStreamer` do it): each call decodes
-    a window of the last few tokens with and without the new ones and keeps the difference, so a step costs the same
-    after 4,000 tokens as after 10 (a whole decode each step cost 0.05 ms at 100 tokens, 0.6 ms at 1,000 and
+    a window of the last few tokens with the new ones and keeps what they add to the window's text (the previous
+    call's while the window grows to `WINDOW` tokens: one decode a step), so a step costs the same after 4,000 tokens
+    as after 10 (a whole decode each step cost 0.05 ms at 100 tokens, 0.6 ms at 1,000 and
     1.5 ms at 4,000 on this CPU). The window starts at a token whose text came out whole, so a token's leading space
     and a character split over several byte tokens decode as in the whole text; the last call decodes the whole text
     (`text` is then exactly the tokenizer's; only tokens that are invalid UTF-8 may have streamed otherwise).
@@ -49,8 +52,9 @@ class TextOut:
 
     def _decode(self, tokens: list, final: bool) -> None:
         """Append the text of tokens[read:] to `text`: the window's text with them, less its text without them. The
-        window moves on only where the new text ends whole (no U+FFFD at its end: bytes of a character still to
-        come). The row's last call decodes the whole text."""
+        window grows to `WINDOW` tokens, its text the last decode's (one decode a step), then moves on to start where
+        the text last came out whole (no U+FFFD at its end: bytes of a character still to come), decoded alone once.
+        The row's last call decodes the whole text."""
         if final:  # the whole text once: where the tokens hold invalid UTF-8 (a byte token that starts no
             # character), the tokenizer replaces a run of bytes as one, which windows may split otherwise
             self.text, self.start, self.read = self.tokenizer.decode(tokens, skip_special_tokens=True), 0, len(tokens)
@@ -61,7 +65,10 @@ class TextOut:
         if len(whole) <= len(self._window) or whole.endswith("\ufffd"):
             return  # no text yet, or not whole: it waits for the tokens that complete it
         self.text += whole[len(self._window):]
-        self.start, self.read = self.read, len(tokens)
+        if len(tokens) - self.start <= WINDOW:  # the window grows: its text is what was just decoded
+            self.read, self._window = len(tokens), whole
+            return
+        self.start, self.read = self.read, len(tokens)  # it moves on past the last whole text, decoded alone
         self._window = self.tokenizer.decode(tokens[self.start:self.read], skip_special_tokens=True)
 
     def _stop_at(self, text: str) -> int | None:

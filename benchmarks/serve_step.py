@@ -7,6 +7,7 @@ timed around them): what the step does besides the model.
 
     python benchmarks/serve_step.py --rounds 5
     python benchmarks/serve_step.py --rounds 3 --rows 4
+    python benchmarks/serve_step.py --rounds 3 --lookup suffix --draft tree
     python benchmarks/serve_step.py --model smollm2 --device cuda --dtype bf16 --caches static   # on a GPU
 """
 from __future__ import annotations
@@ -50,11 +51,11 @@ def _timed(cls, name: str) -> None:
     setattr(cls, name, timed)
 
 
-def served(model, tok, ids: np.ndarray, max_new: int, cache, rows: int) -> tuple:
+def served(model, tok, ids: np.ndarray, max_new: int, cache, rows: int, drafting: dict) -> tuple:
     """(seconds, forwards, tokens) of `rows` greedy rows of one prompt through the engine's turns (the forwards:
     the engine's steps)."""
     engine = Engine(model, cache_implementation=cache, max_model_len=len(ids) + max_new + 64)
-    batch = [Row(ids, max_new, (), Sampling(0.0), Drafting(), tok) for _ in range(rows)]
+    batch = [Row(ids, max_new, (), Sampling(0.0), Drafting(**drafting), tok) for _ in range(rows)]
     with torch.inference_mode(), _fast(model):
         for row in batch:
             engine.submit(row)
@@ -65,11 +66,11 @@ def served(model, tok, ids: np.ndarray, max_new: int, cache, rows: int) -> tuple
     return seconds, engine.stats.forward_passes, [row.out for row in batch]
 
 
-def generated(model, tok, ids: np.ndarray, max_new: int, cache, rows: int) -> tuple:
+def generated(model, tok, ids: np.ndarray, max_new: int, cache, rows: int, drafting: dict) -> tuple:
     """(seconds, forwards, tokens) of `lookahead.generate` on a batch of `rows` copies of the prompt."""
     begin = time.perf_counter()
     out, stats = lookahead.generate(model, torch.as_tensor(ids)[None].repeat(rows, 1).to(model.device),
-                                    max_new_tokens=max_new, return_stats=True, cache_implementation=cache)
+                                    max_new_tokens=max_new, return_stats=True, cache_implementation=cache, **drafting)
     return time.perf_counter() - begin, stats.forward_passes, out[:, len(ids):].tolist()
 
 
@@ -81,6 +82,8 @@ def main() -> None:
     p.add_argument("--max-new", type=int, default=200)
     p.add_argument("--rounds", type=int, default=5, help="timed rounds after a warm-up round (default 5)")
     p.add_argument("--rows", type=int, default=1, help="greedy rows of the same prompt in one batch (default 1)")
+    p.add_argument("--lookup", default="ngram", choices=("ngram", "suffix"))
+    p.add_argument("--draft", default="chain", choices=("chain", "tree"), help="tree: with --lookup suffix")
     p.add_argument("--caches", nargs="+", choices=("dynamic", "static"), default=["dynamic", "static"])
     args = p.parse_args()
     model, tok, _ = models.load(args.model or models.default_model_path(), device=args.device, dtype=args.dtype)
@@ -88,16 +91,16 @@ def main() -> None:
     for cls in (CausalLM, StaticCausalLM):
         for name in ("verify", "verify_ids", "prefill"):
             _timed(cls, name)
-    runs = {}
+    runs, drafting = {}, {"lookup": args.lookup, "draft": args.draft}
     for r in range(args.rounds + 1):
         for cache in args.caches:
             for who, run in (("serve engine", served), ("generate", generated)):
                 FORWARDS.clear()
-                seconds, forwards, out = run(model, tok, ids, args.max_new, cache, args.rows)
+                seconds, forwards, out = run(model, tok, ids, args.max_new, cache, args.rows, drafting)
                 if r:
                     runs.setdefault((cache, who), []).append((seconds, forwards, sum(FORWARDS), out))
     print(f"{model.config.model_type}, {args.device}, {args.dtype}, {torch.get_num_threads()} threads, {len(ids)} "
-          f"prompt tokens, {args.rows} row(s), {args.max_new} new, {args.rounds} rounds; {platform.processor() or platform.machine()}")
+          f"prompt tokens, {args.rows} row(s), {args.lookup} {args.draft}s, {args.max_new} new, {args.rounds} rounds; {platform.processor() or platform.machine()}")
     print("| cache | step | ms per forward | host us per forward | forwards | same tokens as generate |")
     print("| --- | --- | ---: | ---: | ---: | --- |")
     for cache in args.caches:

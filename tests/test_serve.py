@@ -623,28 +623,31 @@ def test_a_batch_whose_drafts_lost_steps_its_greedy_rows_plainly(reference, monk
     assert [row.out for row in rows] == [greedy_ids(reference, p, 12) for p in ids]
 
 
-@pytest.mark.parametrize("lookup", ["ngram", "suffix"])
+@pytest.mark.parametrize("lookup", ["ngram", "suffix", "tree"])
 def test_a_lone_greedy_row_takes_generates_fused_step(reference, monkeypatch, lookup):
-    """A greedy chain row running alone is stepped as `generate`'s fused path steps (`fused.for_rows`: one kernel call
-    after each forward accepts, teaches its policy, extends its index and drafts the next step); it drafts, its
-    tokens are greedy's, and it compiles no fused kernel beyond what the served kind's warm-up compiled."""
+    """A greedy row of chains or trees running alone is stepped as `generate`'s fused path steps (`fused.for_rows`:
+    one kernel call after each forward accepts, teaches its policy, extends its index and drafts the next step); it
+    drafts, its tokens are greedy's, and it compiles no fused kernel beyond what the served kind's warm-up
+    compiled."""
     from lookahead.decode import _fused_kernels, _warm_up, fused
     from lookahead.runtime.jit import SERVED
     from lookahead.serve.engine import Engine
     from lookahead.serve.row import Drafting, Row, Sampling
 
     _warm_up.kind(*SERVED)
-    kernels = [getattr(_fused_kernels, name) for name in ("draft", "step", "draft_suffix", "step_suffix")]
+    kernels = [getattr(_fused_kernels, name) for name in ("draft", "step", "draft_suffix", "step_suffix",
+                                                           "draft_trees", "step_trees")]
     warm = [len(kernel.signatures) for kernel in kernels]
 
     model, tok = reference
     steps = []
-    kind = fused.FusedChains if lookup == "ngram" else fused.FusedSuffixChains
+    kind = {"ngram": fused.FusedChains, "suffix": fused.FusedSuffixChains, "tree": fused.FusedTrees}[lookup]
     step = kind.step
     monkeypatch.setattr(kind, "step", lambda self, rows, s: steps.append(1) or step(self, rows, s))
     engine = Engine(model, draft_cost=(0.0, 0.05))
     prompt = np.array(prompt_ids(reference, PROMPTS[0]) * 2, dtype=np.int64)  # repeats: something to copy
-    row = Row(prompt, 24, (), Sampling(0.0), Drafting(lookup=lookup), tok)
+    drafting = Drafting(lookup="suffix", draft="tree") if lookup == "tree" else Drafting(lookup=lookup)
+    row = Row(prompt, 24, (), Sampling(0.0), drafting, tok)
     engine.submit(row)
     try:
         with torch.inference_mode():

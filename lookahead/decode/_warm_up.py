@@ -24,8 +24,8 @@ def kind(lookup: str, draft: str, rows: int, cache: str, decoding: str) -> None:
              ("suffix", "tree"): trees, ("suffix+recycle", "tree"): recycle_trees}
     if decoding == "greedy" and (lookup, draft) in fused:  # sampling is unfused
         fused[lookup, draft](rows > 1)
-    elif decoding == "served":  # the server's greedy chain rows: one row's and several rows' (`fused.for_rows`)
-        chains(True), suffix_chains(True)
+    elif decoding == "served":  # the server's greedy chain rows, one row's and several rows', and a lone row's
+        chains(True), suffix_chains(True), trees()  # trees (`fused.for_rows`)
 
 
 def indexes() -> None:

@@ -45,14 +45,21 @@ def fused(target, rows, run, max_new: int, clock):
     return kind(target, run, max_new, clock, rows.indexes)
 
 
-def for_rows(target, indexes: list, lengths: list, eos, max_new: int, stats, widths=None):
+def for_rows(target, indexes: list, lengths: list, eos, max_new: int, stats, widths=None, tree=None):
     """A fused step for greedy chain rows driven from outside `generate` (the server's engine, `start` and `step` one
     step at a time): the rows' indexes (all `NgramIndex`es or all `SuffixIndex`es), their own `DraftLength`s (one
     row's as it is, several stacked, `policy.Stacked`: the kernels teach each row's), their eos ids (any collection:
     `_Fused` sorts them into the kernels' array), most new tokens, the stats their forwards count in, and `widths`:
     what the batch's step costs at each draft width, [most draft tokens + 1], which the caller may rewrite before
-    each step (`_fused_kernels._batch_cut`; None: each row drafts what its policy asks). None where no fused step
-    takes the indexes, their policies or the target."""
+    each step (`_fused_kernels._batch_cut`; None: each row drafts what its policy asks). `tree`: a lone row's
+    `TreeSizing` (its trees from a `SuffixIndex`, `FusedTrees`; its policy and calibration taught there). None where
+    no fused step takes the indexes, their policies or the target."""
+    if tree is not None:
+        if len(indexes) > 1 or type(indexes[0]) is not SuffixIndex or not isinstance(target, (CausalLM,
+                                                                                            StaticCausalLM)):
+            return None
+        run = types.SimpleNamespace(sizing=tree, stopper=types.SimpleNamespace(eos=eos), stats=stats, forwards=0)
+        return FusedTrees(target, run, max_new, _UNTIMED, indexes)
     kind = {NgramIndex: FusedChains, SuffixIndex: FusedSuffixChains}.get(type(indexes[0]))
     if (kind is None or not all(type(ix) is type(indexes[0]) for ix in indexes) or not Stacked.takes(lengths)
             or not isinstance(target, (CausalLM, StaticCausalLM))):

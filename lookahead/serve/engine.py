@@ -10,8 +10,8 @@ drop cancelled rows, then one step for all rows of a batch:
     or speculative sampling with the row's temperature, top-p and generator) -> commit (the cache keeps each row's
     accepted path) -> advance (append, stream, stop) -> drop finished rows.
 
-A batch whose rows are all greedy chains from n-gram or suffix indexes, without a prediction and with one set of eos
-ids, takes `generate`'s fused step instead (`fused.for_rows`: after the forward, one kernel call accepts, teaches
+A batch whose rows are all greedy chains from n-gram or suffix indexes (or one greedy row of trees from a suffix
+index), without a prediction and with one set of eos ids, takes `generate`'s fused step instead (`fused.for_rows`: after the forward, one kernel call accepts, teaches
 each row's policy, stops, extends the indexes and drafts the next step, cut to the same batch width); its rows then
 advance as any row does.
 
@@ -316,9 +316,10 @@ class Engine:
         self._drop(batch, done)
 
     def _fused_for(self, batch: Batch, most):
-        """The fused step of a batch whose rows are all greedy chains from n-gram or suffix indexes with no prediction
-        and one set of eos ids (`_Fused`), kept across steps while the same rows run (made anew after any row joined
-        or left: the batch's arrays are new then); None for any other batch (its rows draft as the engine's rows do)."""
+        """The fused step of a batch whose rows are all greedy chains from n-gram or suffix indexes (or one greedy row
+        drafting trees from a suffix index) with no prediction and one set of eos ids (`_Fused`), kept across steps
+        while the same rows run (made anew after any row joined or left: the batch's arrays are new then); None for
+        any other batch (its rows draft as the engine's rows do)."""
         rows = batch.rows
         kept = self._fused
         if kept is not None and kept.batch is batch and batch.settled and kept.rows == rows:
@@ -326,16 +327,17 @@ class Engine:
         self._fused = None
         first = rows[0]
         if self.apart is not None or any(
-                not row.sampling.greedy or row.tree is not None or row.index is None or row.eos != first.eos
-                or (row.prediction is not None and len(row.prediction))
-                or (most is not None and most < row.length.max_tokens) for row in rows):
+                not row.sampling.greedy or (row.tree is not None and len(rows) > 1) or row.index is None
+                or row.eos != first.eos or (row.prediction is not None and len(row.prediction))
+                or (most is not None and most < (row.length.max_tokens if row.tree is None else row.tree.max_nodes))
+                for row in rows):
             return None
         # each row's own most new tokens, in one `out` as wide as the longest: a row's tokens so far count from
         # where its room ends at that width (the kernels stop a row at lens == max_new)
         top = max(row.max_new for row in rows)
         widths = np.empty(first.length.max_tokens + 1) if len(rows) > 1 else None
         step = for_rows(batch.target, [row.index for row in rows], [row.length for row in rows], first.eos, top,
-                        self.stats, widths)
+                        self.stats, widths, first.tree)
         if step is None:
             return None
         fused = self._fused = _Fused(batch, step, widths)

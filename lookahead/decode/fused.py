@@ -54,21 +54,19 @@ def for_rows(target, indexes: list, lengths: list, eos, max_new: int, stats, wid
     each step (`_fused_kernels._batch_cut`; None: each row drafts what its policy asks). `tree`: a lone row's
     `TreeSizing` (its trees from a `SuffixIndex`, `FusedTrees`; its policy and calibration taught there). None where
     no fused step takes the indexes, their policies or the target."""
-    if tree is not None:
-        if len(indexes) > 1 or type(indexes[0]) is not SuffixIndex or not isinstance(target, (CausalLM,
-                                                                                            StaticCausalLM)):
-            return None
-        run = types.SimpleNamespace(sizing=tree, stopper=types.SimpleNamespace(eos=eos), stats=stats, forwards=0)
-        return FusedTrees(target, run, max_new, _UNTIMED, indexes)
-    kind = {NgramIndex: FusedChains, SuffixIndex: FusedSuffixChains}.get(type(indexes[0]))
-    if (kind is None or not all(type(ix) is type(indexes[0]) for ix in indexes) or not Stacked.takes(lengths)
-            or not isinstance(target, (CausalLM, StaticCausalLM))):
+    first = type(indexes[0])
+    if tree is not None:  # a lone row's trees
+        kind = FusedTrees if len(indexes) == 1 and first is SuffixIndex else None
+    else:
+        kind = {NgramIndex: FusedChains, SuffixIndex: FusedSuffixChains}.get(first)
+        if (not all(type(ix) is first for ix in indexes) or not Stacked.takes(lengths) or
+                (kind is FusedChains and len({(ix.max_ngram, ix.min_ngram) for ix in indexes}) > 1)):
+            kind = None
+    if kind is None or not isinstance(target, (CausalLM, StaticCausalLM)):
         return None
-    if kind is FusedChains and len({(ix.max_ngram, ix.min_ngram) for ix in indexes}) > 1:
-        return None
-    length = lengths[0] if len(lengths) == 1 else Stacked(lengths)
-    run = types.SimpleNamespace(sizing=types.SimpleNamespace(chain=True, length=length),
-                                stopper=types.SimpleNamespace(eos=eos), stats=stats, forwards=0)
+    sizing = tree if tree is not None else types.SimpleNamespace(
+        chain=True, length=lengths[0] if len(lengths) == 1 else Stacked(lengths))
+    run = types.SimpleNamespace(sizing=sizing, stopper=types.SimpleNamespace(eos=eos), stats=stats, forwards=0)
     fused = kind(target, run, max_new, _UNTIMED, indexes)
     if widths is not None:
         fused.widths = widths

@@ -2,8 +2,9 @@
 
 Greedy rows of `lookahead serve`'s `Engine` (one, or `--rows` n of the same prompt, joined in one turn), its turns run
 here one after another (no HTTP, no other thread), and `lookahead.generate` on the same prompts and drafting (its
-fused step; a batch of n), alternating, with the dynamic and the static cache. A forward's host time is the call's time less the target's own forwards (`verify`, `verify_ids`, `prefill`,
-timed around them): what the step does besides the model.
+fused step; a batch of n), alternating, with the dynamic and the static cache. A forward's host time is the call's
+time less the target's own forwards (`verify`, `verify_ids`, `prefill`, timed around them): what the step does
+besides the model.
 
     python benchmarks/serve_step.py --rounds 5
     python benchmarks/serve_step.py --rounds 3 --rows 4
@@ -100,7 +101,8 @@ def main() -> None:
                 if r:
                     runs.setdefault((cache, who), []).append((seconds, forwards, sum(FORWARDS), out))
     print(f"{model.config.model_type}, {args.device}, {args.dtype}, {torch.get_num_threads()} threads, {len(ids)} "
-          f"prompt tokens, {args.rows} row(s), {args.lookup} {args.draft}s, {args.max_new} new, {args.rounds} rounds; {platform.processor() or platform.machine()}")
+          f"prompt tokens, {args.rows} row(s), {args.lookup} {args.draft}s, {args.max_new} new, {args.rounds} rounds; "
+          f"{platform.processor() or platform.machine()}")
     print("| cache | step | ms per forward | host us per forward | forwards | same tokens as generate |")
     print("| --- | --- | ---: | ---: | ---: | --- |")
     for cache in args.caches:

@@ -11,9 +11,9 @@ drop cancelled rows, then one step for all rows of a batch:
     accepted path) -> advance (append, stream, stop) -> drop finished rows.
 
 A batch whose rows are all greedy chains from n-gram or suffix indexes (or one greedy row of trees from a suffix
-index), without a prediction and with one set of eos ids, takes `generate`'s fused step instead (`fused.for_rows`: after the forward, one kernel call accepts, teaches
-each row's policy, stops, extends the indexes and drafts the next step, cut to the same batch width); its rows then
-advance as any row does.
+index), without a prediction and with one set of eos ids, takes `generate`'s fused step instead (`fused.for_rows`:
+after the forward, one kernel call accepts, teaches each row's policy, stops, extends the indexes and drafts the next
+step, cut to the same batch width); its rows then advance as any row does.
 
 Greedy rows gain exactly the tokens `model.generate(do_sample=False)` gives their prompt alone: each row's attention
 sees its own slots only and its positions are its own. The acceptance rules are `lookahead.verify`'s.

@@ -302,13 +302,55 @@ def test_tree_draft_kernel_keeps_what_tree_sizing_keeps():
         widest = K._draft_trees(typed.List([ix._arrays for ix in indexes]), typed.List([ix._scratch for ix in indexes]),
                                lens, max_new, max_nodes, np.array([padded(n) for n in range(max_nodes + 1)]), _BUCKETS,
                                *policy.counts, *policy.tables(r), cal.EDGES,
-                               cal.accepted, cal.seen, cal.prior, sizing.step_costs(r), tokens, parents, probs, *ints)
+                               *cal.counts, cal.prior, sizing.step_costs(r), tokens, parents, probs, *ints)
         want_tokens, want_parents, want_sizes = pack_trees([(d.tokens, d.parents) for d in expected])
         assert ints[0].tolist() == want_sizes.tolist() and widest == want_tokens.shape[1]
         assert (tokens[:, :widest] == want_tokens).all() and (parents[:, :widest] == want_parents).all()
         assert ints[1].tolist() == [d.match_length for d in expected]
         for k, d in enumerate(expected):
             assert np.allclose(probs[k, :len(d)], d.probs) and not probs[k, len(d):widest].any()
+
+
+def test_tree_draft_kernel_sizes_each_row_by_its_own_calibration():
+    """Rows whose `TreeSizing`s are stacked (`StackedTrees`, the server's rows: [rows, bins] calibrations, [rows,
+    buckets] policies) get from the tree draft kernel the trees each row's own `TreeSizing.draft` keeps alone, for
+    random calibrations, policies, texts and rooms; the stack's tables are the rows' own (views)."""
+    from numba import typed
+
+    from lookahead.decode import _fused_kernels as K
+    from lookahead.decode.policy import _BUCKETS
+    from lookahead.decode.sizing import StackedTrees, TreeSizing
+    from lookahead.index import SuffixIndex
+
+    rng = np.random.default_rng(2)
+    for trial in range(40):
+        r, max_nodes, max_new = int(rng.integers(2, 5)), int(rng.integers(1, 64)), int(rng.integers(2, 80))
+        rows = [TreeSizing(max_nodes, 15, (0.8, 0.08)) for _ in range(r)]
+        for row in rows:  # each row's own record, before and after the stack binds it
+            row.calibration.accepted[:] = rng.uniform(0, 5, len(row.calibration.EDGES))
+            row.calibration.seen[:] = row.calibration.accepted + rng.uniform(0, 5, len(row.calibration.EDGES))
+        stack = StackedTrees(rows)
+        for row in rows:
+            row.length.accepted[:] = rng.uniform(0, 9, len(_BUCKETS))
+            row.calibration.accepted[:] *= rng.uniform(0, 1, len(row.calibration.EDGES))
+        indexes = []
+        for _ in range(r):
+            ix = SuffixIndex()
+            ix.extend(rng.integers(0, 5, int(rng.integers(1, 120))))
+            ix._buffers(max_nodes)
+            indexes.append(ix)
+        lens = rng.integers(0, max_new, r)
+        expected = [row.draft([ix], np.array([max_new - 1 - n]))[0] for row, ix, n in zip(rows, indexes, lens)]
+        tokens, parents, probs = np.full((r, max_nodes), 7), np.full((r, max_nodes), 7), np.full((r, max_nodes), 7.0)
+        ints = [np.zeros(r, dtype=np.int64) for _ in range(4)]
+        cal = stack.calibration
+        K._draft_trees(typed.List([ix._arrays for ix in indexes]), typed.List([ix._scratch for ix in indexes]), lens,
+                       max_new, max_nodes, np.zeros(max_nodes + 1, np.int64), _BUCKETS, *stack.length.counts,
+                       *stack.length.tables(1), cal.EDGES, *cal.counts, cal.prior, stack.step_costs(1), tokens,
+                       parents, probs, *ints)
+        for k, d in enumerate(expected):
+            assert ints[0][k] == len(d) and tokens[k, :len(d)].tolist() == d.tokens.tolist()
+            assert parents[k, :len(d)].tolist() == d.parents.tolist()
 
 
 def test_the_warm_up_compiles_every_kernel_signature_a_call_uses(stories):

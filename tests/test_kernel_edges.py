@@ -155,7 +155,7 @@ def test_fused_drafts_write_at_most_their_buffers_width(kind, width):
     else:
         cal = sizing.calibration
         FK._draft_trees(typed.List([ix._arrays for ix in indexes]), typed.List([ix._scratch for ix in indexes]),
-                       *common, cal.EDGES, cal.accepted, cal.seen, cal.prior, sizing.step_costs(r), tokens, parents,
+                       *common, cal.EDGES, *cal.counts, cal.prior, sizing.step_costs(r), tokens, parents,
                        probs, sizes, matches, budgets, np.zeros(r, np.int64))
     assert sizes.tolist() == [width] * r
     for k, ix in enumerate(indexes):

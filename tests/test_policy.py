@@ -165,8 +165,9 @@ def test_tree_pick_verifies_the_paying_nodes_and_the_chain_floor(tree, count, le
 @settings(max_examples=80, deadline=None)
 @given(trees=st.lists(best_first_trees(), min_size=1, max_size=3), data=st.data())
 def test_tree_record_kernel_matches_the_calibration_and_chain_floor(trees, data):
-    """A tree step records every node in its calibration bin (accepted when on the path) and how far the accepted
-    path followed the chain floor."""
+    """A tree step records every node in its calibration bin (accepted when on the path), in one calibration every
+    row shares or in each row's own ([rows, bins] tables, the server's rows), and how far the accepted path followed
+    the chain floor."""
     tokens, parents, sizes = T.pack_trees([(np.arange(len(p)), p) for p, _ in trees])
     probs = np.zeros(tokens.shape)
     paths, depths = [], []
@@ -178,20 +179,27 @@ def test_tree_record_kernel_matches_the_calibration_and_chain_floor(trees, data)
             path.append(node)
         paths.append(path)
         depths.append(data.draw(st.integers(0, 6)))
+    own = data.draw(st.booleans())  # each row its own calibration
     cal, ref = TreeCalibration(), TreeCalibration()
+    rows = [TreeCalibration() for _ in trees]
+    tables = (np.zeros((len(trees), len(cal.EDGES))), np.zeros((len(trees), len(cal.EDGES)))) if own else cal.counts
     floors, followed = np.zeros(len(trees), np.int64), np.zeros(len(trees), np.int64)
     K.tree_record(parents, sizes, probs, np.array(depths, np.int64), T.path_slots(paths),
-                  np.array([len(p) for p in paths], np.int64), cal.EDGES, cal.accepted, cal.seen, floors, followed,
+                  np.array([len(p) for p in paths], np.int64), cal.EDGES, *tables, floors, followed,
                   np.zeros(tokens.shape[1], np.bool_))
     for i, (p, pr) in enumerate(trees):
         on_path = np.zeros(len(pr), bool)
         on_path[paths[i]] = True
         ref.update(pr, on_path)
+        rows[i].update(pr, on_path)
+        if own:
+            assert tables[1][i].tolist() == rows[i].seen.tolist() and tables[0][i].tolist() == rows[i].accepted.tolist()
         chain = first_path(p, depths[i])
         assert floors[i] == len(chain)
         assert followed[i] == next((j for j, (a, b) in enumerate(zip(chain, paths[i])) if a != b),
                                    min(len(chain), len(paths[i])))
-    assert cal.seen.tolist() == ref.seen.tolist() and cal.accepted.tolist() == ref.accepted.tolist()
+    if not own:
+        assert cal.seen.tolist() == ref.seen.tolist() and cal.accepted.tolist() == ref.accepted.tolist()
 
 
 def test_chains_fill_the_columns_their_forward_computes_anyway():

@@ -688,21 +688,22 @@ def test_a_lone_row_on_the_fused_step_goes_on_exactly_around_a_row_that_joins_an
     assert fused[:3] == [1] * 3 and 2 in fused[3:] and 1 in fused[fused.index(2, 3):]
 
 
-@pytest.mark.parametrize("lookup", ["ngram", "suffix"])
-def test_greedy_chain_rows_of_a_batch_take_the_fused_step_together(reference, monkeypatch, lookup):
-    """Greedy chain rows with their own most new tokens, joining a batch at different turns, are stepped by one
-    fused kernel call a step (`fused.for_rows`), each row with its own policy (`policy.Stacked`: what the kernels
-    teach a row, its `DraftLength` knows): they draft, every row's tokens are greedy's, no fused kernel compiles
-    beyond what the served kind's warm-up compiled, and a row with other eos ids sends the batch back to the engine's
-    own step."""
+@pytest.mark.parametrize("lookup", ["ngram", "suffix", "tree"])
+def test_greedy_rows_of_a_batch_take_the_fused_step_together(reference, monkeypatch, lookup):
+    """Greedy rows of chains or of trees with their own most new tokens, joining a batch at different turns, are
+    stepped by one fused kernel call a step (`fused.for_rows`), each row with its own policy (`policy.Stacked`: what
+    the kernels teach a row, its `DraftLength` knows) and a tree row with its own calibration (`StackedTrees`): they
+    draft, every row's tokens are greedy's, no fused kernel compiles beyond what the served kind's warm-up compiled,
+    and a row with other eos ids sends the batch back to the engine's own step."""
     from lookahead.decode import _fused_kernels, _policy_kernels, _warm_up
     from lookahead.runtime.jit import SERVED
     from lookahead.serve.engine import Engine
     from lookahead.serve.row import Drafting, Row, Sampling
 
     _warm_up.kind(*SERVED)
-    kernels = [getattr(_fused_kernels, name) for name in ("draft", "step", "draft_suffix", "step_suffix", "kept")]
-    kernels += [_policy_kernels.choose, _policy_kernels.record]
+    kernels = [getattr(_fused_kernels, name) for name in ("draft", "step", "draft_suffix", "step_suffix", "kept",
+                                                           "draft_trees", "step_trees")]
+    kernels += [_policy_kernels.choose, _policy_kernels.record, _policy_kernels.tree_size, _policy_kernels.tree_record]
     warm = [len(kernel.signatures) for kernel in kernels]
     model, tok = reference
     widths = []
@@ -711,7 +712,8 @@ def test_greedy_chain_rows_of_a_batch_take_the_fused_step_together(reference, mo
     engine = Engine(model, draft_cost=(0.0, 0.05))
     ids = [np.array(prompt_ids(reference, text) * 2, dtype=np.int64) for text in PROMPTS[:3]]
     news = [30, 9, 17]
-    rows = [Row(p, n, (), Sampling(0.0), Drafting(lookup=lookup), tok) for p, n in zip(ids, news)]
+    drafting = Drafting(lookup="suffix", draft="tree") if lookup == "tree" else Drafting(lookup=lookup)
+    rows = [Row(p, n, (), Sampling(0.0), drafting, tok) for p, n in zip(ids, news)]
     try:
         with torch.inference_mode():
             engine.submit(rows[0])
@@ -724,14 +726,18 @@ def test_greedy_chain_rows_of_a_batch_take_the_fused_step_together(reference, mo
         engine.stop()
     assert [row.out for row in rows] == [greedy_ids(reference, p, n) for p, n in zip(ids, news)]
     assert 3 in widths and sum(row.stats.draft_tokens for row in rows) > 0
-    assert all(row.length.version.sum() > 0 for row in rows if row.stats.draft_tokens)  # each row's own policy
     assert all(row.length.accepted.base is not None for row in rows)  # a view of the stack it ran in
+    if lookup != "tree":  # each row's own policy
+        assert all(row.length.version.sum() > 0 for row in rows if row.stats.draft_tokens)
+    else:  # each row's own calibration, taught in the stack (its chain floor only where the floor drafted)
+        assert all(row.tree.calibration.seen.base is not None for row in rows)
+        assert all(row.tree.calibration.seen.sum() > 0 for row in rows if row.stats.draft_tokens)
+        assert len({row.tree.calibration.seen.tobytes() for row in rows}) > 1
     assert [len(kernel.signatures) for kernel in kernels] == warm
 
     want = [greedy_ids(reference, p, 8) for p in ids[:2]]
     stop = want[1][3]  # the second row's own eos id: its fourth token
-    other = [Row(ids[0], 8, (), Sampling(0.0), Drafting(lookup=lookup), tok),
-             Row(ids[1], 8, (stop,), Sampling(0.0), Drafting(lookup=lookup), tok)]
+    other = [Row(ids[0], 8, (), Sampling(0.0), drafting, tok), Row(ids[1], 8, (stop,), Sampling(0.0), drafting, tok)]
     engine, widths[:] = Engine(model, draft_cost=(0.0, 0.05)), []
     try:
         with torch.inference_mode():

@@ -47,7 +47,7 @@ Rows = namedtuple("Rows", "eos max_new lens out last counts bonus done totals bu
 Chains = namedtuple("Chains", "tokens sizes matches")  # a step's chain drafts [r, width], sizes [r], matches [r]
 Trees = namedtuple("Trees", "tokens parents probs sizes matches depths")  # a step's trees, and the chain floor's
 # depths [r]
-Calibration = namedtuple("Calibration", "edges accepted seen prior")  # `TreeCalibration`'s tables
+Calibration = namedtuple("Calibration", "edges accepted seen prior")  # `TreeCalibration`'s tables [P, bins]
 TreeWork = namedtuple("TreeWork", "paths cols nodes step_costs")  # an accepted path [r, width] and its columns
 # [r, width + 1], each row's proposed nodes [r], the costs of a step's nodes [most + 1]
 
@@ -271,7 +271,8 @@ def _draft_trees(automata, scratches, lens, max_new, max_nodes, pads, edges, acc
     for k in range(r):
         nodes[k] = suffix_tree(automata[k], scratches[k], max(min(most, max_new - 1 - lens[k]), 0))
         buf = Scratch(*scratches[k])
-        best[k] = tree_size(buf.probs[:nodes[k]], cal_edges, cal_accepted, cal_seen, prior, step_costs)
+        c = 0 if cal_accepted.shape[0] == 1 else k  # one calibration, or each row its own
+        best[k] = tree_size(buf.probs[:nodes[k]], cal_edges, cal_accepted[c], cal_seen[c], prior, step_costs)
         top = max(top, tree_pick(buf.tree[1, :nodes[k]], best[k], 0, depths[k], False, pick, path))
     fill = min(pads[top], most)  # the nodes the step's forward verifies anyway
     widest = 0

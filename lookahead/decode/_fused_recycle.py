@@ -59,7 +59,8 @@ def _draft_recycle_trees(automata, scratches, rows, m, keep, lens, max_new, max_
         nodes[k] = _propose(automata[k], scratches[k], rows[k], m, keep,
                             max(min(max_nodes, max_new - 1 - lens[k]), 0))
         out, est = rows[k][7], rows[k][8]
-        best[k] = tree_size(est[1, :nodes[k]], cal_edges, cal_accepted, cal_seen, prior, step_costs)
+        c = 0 if cal_accepted.shape[0] == 1 else k  # one calibration, or each row its own
+        best[k] = tree_size(est[1, :nodes[k]], cal_edges, cal_accepted[c], cal_seen[c], prior, step_costs)
         top = max(top, tree_pick(out[1, :nodes[k]], best[k], 0, depths[k], True, pick, path))
     fill = min(pads[top], max_nodes)  # the nodes the step's forward verifies anyway
     widest = 0

@@ -6,7 +6,7 @@ was a sixth of a batch-1 step's host time. Each bucket's best length is cached i
 recomputed only when a step taught its bucket something (`version` moved past the table's `seen`).
 
 Every per-bucket array (accepted, rejected, version, table, seen: [P, buckets], one policy or one per row; the
-calibration's accepted and seen) is as long as its edges, and a bucket index is < len(edges) (`bucket`): the policy
+calibration's accepted and seen, [P, bins] the same way) is as long as its edges, and a bucket index is < len(edges) (`bucket`): the policy
 objects allocate them from the same edges.
 """
 
@@ -160,18 +160,21 @@ def tree_record(parents, sizes, probs, depths, cols, counts, edges, accepted, se
     `DraftLength` would have drafted) and followed[i], how many of that chain's nodes the accepted path took.
 
     parents, probs [b, N] packed trees of sizes [b] (<= N); cols [b, W] the accepted path's columns (root, then
-    node + 1) of counts [b] nodes (W > counts); on_path [>= N] scratch; floors, followed [>= b]."""
+    node + 1) of counts [b] nodes (W > counts); accepted, seen [P, bins]: one calibration every row shares (P = 1)
+    or one per row (the server's rows, `sizing.StackedTrees`); on_path [>= N] scratch; floors, followed [>= b]."""
     chain = np.empty(parents.shape[1], dtype=np.int64)
+    shared = accepted.shape[0] == 1
     for i in range(parents.shape[0]):
+        p = 0 if shared else i
         for j in range(sizes[i]):
             on_path[j] = False
         for a in range(counts[i]):
             on_path[cols[i, a + 1] - 1] = True
         for j in range(sizes[i]):
             b = bucket(edges, probs[i, j])
-            seen[b] += 1.0
+            seen[p, b] += 1.0
             if on_path[j]:
-                accepted[b] += 1.0
+                accepted[p, b] += 1.0
         floors[i] = first_path(parents[i, : sizes[i]], depths[i], chain)
         f = 0
         while f < floors[i] and f < counts[i] and cols[i, f + 1] - 1 == chain[f]:

@@ -24,8 +24,8 @@ def kind(lookup: str, draft: str, rows: int, cache: str, decoding: str) -> None:
              ("suffix", "tree"): trees, ("suffix+recycle", "tree"): recycle_trees}
     if decoding == "greedy" and (lookup, draft) in fused:  # sampling is unfused
         fused[lookup, draft](rows > 1)
-    elif decoding == "served":  # the server's greedy chain rows, one row's and several rows', and a lone row's
-        chains(True), suffix_chains(True), trees()  # trees (`fused.for_rows`)
+    elif decoding == "served":  # the server's greedy rows of chains and trees, one row's and several rows'
+        chains(True), suffix_chains(True), trees(True)  # (`fused.for_rows`)
 
 
 def indexes() -> None:
@@ -49,15 +49,15 @@ def policy() -> None:
     k.choose(matches, edges, accepted, rejected, version, np.ones(3), table, seen, np.zeros(1, np.int64))
     k.record(matches, one, one, edges, accepted, rejected, version)
     fedges, probs = np.array([0.0, 0.5]), np.array([[0.9, 0.2]])
-    accepted, rejected = accepted[0], rejected[0]  # a calibration's tables
-    k.tree_size(probs[0], fedges, accepted[:2], rejected[:2], 4.0, np.ones(3))
+    accepted, rejected = accepted[:, :2], rejected[:, :2]  # a calibration's tables [P, bins]
+    k.tree_size(probs[0], fedges, accepted[0], rejected[0], 4.0, np.ones(3))
     pick, path = np.zeros(2, np.int64), np.zeros(2, np.int64)
     total = k.tree_pick(np.array([-1, 0], np.int64), 1, 0, 2, False, pick, path)
     k.pack_picked(np.array([3, 4], np.int64), np.array([-1, 0], np.int64), probs[0], pick, total,
                   np.zeros(2, np.int64), np.zeros(2, np.int64), np.zeros(2), np.zeros(2, np.int64))
     parents, cols = np.array([[-1, 0]], np.int64), np.array([[0, 1]], np.int64)
     k.first_path(parents[0], 2, np.zeros(2, dtype=np.int64))
-    k.tree_record(parents, one * 2, probs, one, cols, one, fedges, accepted[:2], rejected[:2], one.copy(), one.copy(),
+    k.tree_record(parents, one * 2, probs, one, cols, one, fedges, accepted, rejected, one.copy(), one.copy(),
                   np.zeros(2, np.bool_))
 
 
@@ -137,7 +137,7 @@ def _trees(r: int) -> tuple:
     trees = tuple(Trees(np.zeros((r, 8), np.int64), np.zeros((r, 8), np.int64), np.zeros((r, 8)), np.zeros(r, np.int64),
                         np.zeros(r, np.int64), np.zeros(r, np.int64)) for _ in range(2))
     work = TreeWork(np.zeros((r, 8), np.int64), np.zeros((r, 9), np.int64), np.zeros(r, np.int64), np.ones(5))
-    return trees, Calibration(cal.EDGES, cal.accepted, cal.seen, cal.prior), work
+    return trees, Calibration(cal.EDGES, *cal.counts, cal.prior), work
 
 
 def _warm(hists, tables, states) -> None:

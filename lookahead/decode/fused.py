@@ -28,6 +28,7 @@ from ..index.suffix import SuffixIndex
 from ..model import CausalLM, StaticCausalLM
 from ..verify.batch import DraftBatch, Verdict, _chain_parents
 from .policy import _BUCKETS, Stacked
+from .sizing import StackedTrees
 
 
 def fused(target, rows, run, max_new: int, clock):
@@ -45,27 +46,31 @@ def fused(target, rows, run, max_new: int, clock):
     return kind(target, run, max_new, clock, rows.indexes)
 
 
-def for_rows(target, indexes: list, lengths: list, eos, max_new: int, stats, widths=None, tree=None):
-    """A fused step for greedy chain rows driven from outside `generate` (the server's engine, `start` and `step` one
-    step at a time): the rows' indexes (all `NgramIndex`es or all `SuffixIndex`es), their own `DraftLength`s (one
-    row's as it is, several stacked, `policy.Stacked`: the kernels teach each row's), their eos ids (any collection:
-    `_Fused` sorts them into the kernels' array), most new tokens, the stats their forwards count in, and `widths`:
-    what the batch's step costs at each draft width, [most draft tokens + 1], which the caller may rewrite before
-    each step (`_fused_kernels._batch_cut`; None: each row drafts what its policy asks). `tree`: a lone row's
-    `TreeSizing` (its trees from a `SuffixIndex`, `FusedTrees`; its policy and calibration taught there). None where
-    no fused step takes the indexes, their policies or the target."""
+def for_rows(target, indexes: list, lengths: list, eos, max_new: int, stats, widths=None, trees=None):
+    """A fused step for greedy rows driven from outside `generate` (the server's engine, `start` and `step` one step
+    at a time): the rows' indexes (all `NgramIndex`es or all `SuffixIndex`es), their own `DraftLength`s (one row's as
+    it is, several stacked, `policy.Stacked`: the kernels teach each row's), their eos ids (any collection: `_Fused`
+    sorts them into the kernels' array), most new tokens, the stats their forwards count in, and `widths`: what the
+    batch's step costs at each draft width, [most draft tokens + 1], which the caller may rewrite before each step
+    (`_fused_kernels._batch_cut`; None: each row drafts what its policy asks). `trees`: each row's `TreeSizing`, for
+    rows drafting trees from `SuffixIndex`es (`FusedTrees`; several stacked, `sizing.StackedTrees`: each row's policy
+    and calibration taught there; `lengths` and `widths` unread). None where no fused step takes the indexes, their
+    sizings or the target."""
     first = type(indexes[0])
-    if tree is not None:  # a lone row's trees
-        kind = FusedTrees if len(indexes) == 1 and first is SuffixIndex else None
+    same = all(type(ix) is first for ix in indexes)
+    if trees is not None:
+        kind = FusedTrees if first is SuffixIndex and same and StackedTrees.takes(trees) else None
     else:
         kind = {NgramIndex: FusedChains, SuffixIndex: FusedSuffixChains}.get(first)
-        if (not all(type(ix) is first for ix in indexes) or not Stacked.takes(lengths) or
+        if (not same or not Stacked.takes(lengths) or
                 (kind is FusedChains and len({(ix.max_ngram, ix.min_ngram) for ix in indexes}) > 1)):
             kind = None
     if kind is None or not isinstance(target, (CausalLM, StaticCausalLM)):
         return None
-    sizing = tree if tree is not None else types.SimpleNamespace(
-        chain=True, length=lengths[0] if len(lengths) == 1 else Stacked(lengths))
+    if trees is not None:
+        sizing = trees[0] if len(trees) == 1 else StackedTrees(trees)
+    else:
+        sizing = types.SimpleNamespace(chain=True, length=lengths[0] if len(lengths) == 1 else Stacked(lengths))
     run = types.SimpleNamespace(sizing=sizing, stopper=types.SimpleNamespace(eos=eos), stats=stats, forwards=0)
     fused = kind(target, run, max_new, _UNTIMED, indexes)
     if widths is not None:
@@ -273,7 +278,7 @@ class FusedTrees(_FusedSuffix):
         work = TreeWork(np.zeros((r, width), dtype=np.int64), np.zeros((r, width + 1), dtype=np.int64),
                         np.zeros(r, dtype=np.int64), sizing.step_costs(r))
         return {**super()._step_buffers(r, lens, out, last), "work": work, "in_place": True,
-                "calibration": Calibration(cal.EDGES, cal.accepted, cal.seen, cal.prior)}
+                "calibration": Calibration(cal.EDGES, *cal.counts, cal.prior)}
 
     def _drafts(self, r: int) -> tuple:
         """Two steps' tree buffers for r rows (`Trees`), each with parents and probs [r, budget] and the chain

@@ -287,8 +287,14 @@ class TreeCalibration:
 
     def __init__(self, prior: float = 4.0):
         self.prior = prior
-        self.accepted = np.zeros(len(self.EDGES))
-        self.seen = np.zeros(len(self.EDGES))
+        self.bind(np.zeros((1, len(self.EDGES))), np.zeros((1, len(self.EDGES))))
+
+    def bind(self, accepted: np.ndarray, seen: np.ndarray) -> None:
+        """Keep the counts in these [1, bins] arrays: its own, or its row of a stack (`sizing.StackedTrees`: views,
+        so that what a kernel teaches the stack, the calibration knows). `counts` is what the kernels take;
+        `accepted` and `seen` are their [bins] rows."""
+        self.counts = (accepted, seen)
+        self.accepted, self.seen = accepted[0], seen[0]
 
     def __call__(self, probs: np.ndarray) -> np.ndarray:
         b = self._bin(probs)

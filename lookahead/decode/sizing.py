@@ -16,7 +16,7 @@ import numpy as np
 from ..runtime.jit import kernels
 from . import _policy_kernels
 from ..index.draft import Draft
-from .policy import DraftLength, TreeCalibration, as_cost, step_cost, step_costs
+from .policy import DraftLength, Stacked, TreeCalibration, as_cost, step_cost, step_costs
 
 
 def make_sizing(draft: str, num_draft_tokens: int, max_draft_nodes: int, cost):
@@ -109,12 +109,48 @@ class TreeSizing:
         floors, followed = np.zeros(len(matches), dtype=np.int64), np.zeros(len(matches), dtype=np.int64)
         cal = self.calibration
         kern.tree_record(batch.parents, batch.sizes, batch.probs, self.length.choose(matches), verdict.columns(),
-                      verdict.counts, cal.EDGES, cal.accepted, cal.seen, floors, followed,
+                      verdict.counts, cal.EDGES, *cal.counts, floors, followed,
                       np.zeros(batch.width, dtype=np.bool_))
         self.length.update(matches, floors, followed)
 
     def step_costs(self, batch: int) -> np.ndarray:
         return step_costs(self.length.cost, self.max_nodes, batch)
+
+
+class StackedTrees:
+    """Rows' own `TreeSizing`s as one, as the fused tree kernels take one per row (the server's rows: `serve.engine`,
+    `fused.for_rows`): their chain floors' policies stacked (`Stacked`) and their calibrations' counts too, [rows,
+    bins], each row's `TreeCalibration` bound to its row of the stack, so that what the kernels teach a row, its
+    sizing knows, and the row goes on with it when it leaves. The rows have one `max_nodes`, prior and cost model
+    (`takes`); their trees are sized for the whole batch's step (`step_costs`), as `generate`'s rows are.
+
+    Example:
+        >>> rows = [TreeSizing(8, 4, 0.1), TreeSizing(8, 4, 0.1)]
+        >>> stack = StackedTrees(rows)
+        >>> stack.calibration.counts[1][1, 0] = 5.0
+        >>> float(rows[1].calibration.seen[0])
+        5.0
+    """
+
+    chain = False
+
+    def __init__(self, trees: list):
+        first = trees[0]
+        self.max_nodes, self.length = first.max_nodes, Stacked([tree.length for tree in trees])
+        cal = self.calibration = TreeCalibration(first.calibration.prior)
+        cal.bind(*(np.concatenate([tree.calibration.counts[i] for tree in trees]) for i in range(2)))
+        for k, tree in enumerate(trees):
+            tree.calibration.bind(*(c[k:k + 1] for c in cal.counts))
+
+    @staticmethod
+    def takes(trees: list) -> bool:
+        """Whether these sizings stack: the same most nodes, calibration prior, most chain tokens and cost model."""
+        first = trees[0]
+        return (Stacked.takes([tree.length for tree in trees]) and
+                all(tree.max_nodes == first.max_nodes and tree.calibration.prior == first.calibration.prior
+                    for tree in trees))
+
+    step_costs = TreeSizing.step_costs
 
 
 def first_path(parents: np.ndarray, k: int) -> list:

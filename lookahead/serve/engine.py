@@ -10,10 +10,11 @@ drop cancelled rows, then one step for all rows of a batch:
     or speculative sampling with the row's temperature, top-p and generator) -> commit (the cache keeps each row's
     accepted path) -> advance (append, stream, stop) -> drop finished rows.
 
-A batch whose rows are all greedy chains from n-gram or suffix indexes (or one greedy row of trees from a suffix
-index), without a prediction and with one set of eos ids, takes `generate`'s fused step instead (`fused.for_rows`:
-after the forward, one kernel call accepts, teaches each row's policy, stops, extends the indexes and drafts the next
-step, cut to the same batch width); its rows then advance as any row does.
+A batch whose rows are all greedy chains from n-gram or suffix indexes, or all greedy trees from suffix indexes,
+without a prediction and with one set of eos ids, takes `generate`'s fused step instead (`fused.for_rows`: after the
+forward, one kernel call accepts, teaches each row's policy (and calibration), stops, extends the indexes and drafts
+the next step, chains cut to the same batch width, trees sized for the batch's step); its rows then advance as any
+row does.
 
 Greedy rows gain exactly the tokens `model.generate(do_sample=False)` gives their prompt alone: each row's attention
 sees its own slots only and its positions are its own. The acceptance rules are `lookahead.verify`'s.
@@ -126,7 +127,7 @@ class Engine:
         self.stats = GenerationStats()  # forwards, for the metrics
         self.freed = 0  # cancelled rows dropped from the batch (or never prefilled)
         self.peak = 0  # most rows a step has verified together
-        self._fused = None  # the fused step of a batch of greedy chain rows (`_Fused`), or None
+        self._fused = None  # the fused step of a batch of greedy rows (`_Fused`), or None
         self._stop = threading.Event()
         context = contextvars.copy_context()  # the loop runs in its creator's context (the kernels' tier: `_jit`)
         self._thread = threading.Thread(target=context.run, args=(self._run,), name="lookahead-engine", daemon=True)
@@ -316,10 +317,10 @@ class Engine:
         self._drop(batch, done)
 
     def _fused_for(self, batch: Batch, most):
-        """The fused step of a batch whose rows are all greedy chains from n-gram or suffix indexes (or one greedy row
-        drafting trees from a suffix index) with no prediction and one set of eos ids (`_Fused`), kept across steps
-        while the same rows run (made anew after any row joined or left: the batch's arrays are new then); None for
-        any other batch (its rows draft as the engine's rows do)."""
+        """The fused step of a batch whose rows are all greedy chains from n-gram or suffix indexes, or all greedy
+        trees from suffix indexes, with no prediction and one set of eos ids (`_Fused`), kept across steps while the
+        same rows run (made anew after any row joined or left: the batch's arrays are new then); None for any other
+        batch (its rows draft as the engine's rows do)."""
         rows = batch.rows
         kept = self._fused
         if kept is not None and kept.batch is batch and batch.settled and kept.rows == rows:
@@ -327,7 +328,7 @@ class Engine:
         self._fused = None
         first = rows[0]
         if self.apart is not None or any(
-                not row.sampling.greedy or (row.tree is not None and len(rows) > 1) or row.index is None
+                not row.sampling.greedy or (row.tree is None) != (first.tree is None) or row.index is None
                 or row.eos != first.eos or (row.prediction is not None and len(row.prediction))
                 or (most is not None and most < (row.length.max_tokens if row.tree is None else row.tree.max_nodes))
                 for row in rows):
@@ -335,9 +336,10 @@ class Engine:
         # each row's own most new tokens, in one `out` as wide as the longest: a row's tokens so far count from
         # where its room ends at that width (the kernels stop a row at lens == max_new)
         top = max(row.max_new for row in rows)
-        widths = np.empty(first.length.max_tokens + 1) if len(rows) > 1 else None
+        trees = None if first.tree is None else [row.tree for row in rows]
+        widths = np.empty(first.length.max_tokens + 1) if len(rows) > 1 and trees is None else None
         step = for_rows(batch.target, [row.index for row in rows], [row.length for row in rows], first.eos, top,
-                        self.stats, widths, first.tree)
+                        self.stats, widths, trees)
         if step is None:
             return None
         fused = self._fused = _Fused(batch, step, widths)
@@ -346,7 +348,7 @@ class Engine:
         return fused
 
     def _step_fused(self, fused: "_Fused", start: float, timed: bool) -> None:
-        """One step of a batch of greedy chain rows as `generate`'s fused path takes it (`fused.for_rows`): one
+        """One step of a batch of greedy rows as `generate`'s fused path takes it (`fused.for_rows`): one
         kernel call after the forward accepts, teaches each row's policy, stops, extends each row's index and drafts
         the next step (cut to the width that pays for the whole batch, `_widths`); the rows then stream their tokens
         as any row does."""
@@ -439,7 +441,7 @@ class Engine:
 
 
 class _Fused:
-    """A batch of greedy chain rows stepped by `generate`'s fused step (`fused.for_rows`): what the step reads of
+    """A batch of greedy rows stepped by `generate`'s fused step (`fused.for_rows`): what the step reads of
     the rows it steps (their indexes, ids, newest tokens, `step`), the batch's step costs per width it reads
     (`widths`, None for a row alone), and its state between steps."""
 

@@ -130,6 +130,35 @@ def test_suffix_twins_propose_what_the_kernels_propose(seq, n):
     assert proposals[0] == proposals[1]
 
 
+@given(tokens, st.lists(st.sampled_from(["int8", "int16", "int32", "int64", "readonly"]), min_size=1, max_size=6),
+       st.integers(1, 16))
+def test_indexes_take_ids_of_every_integer_dtype_through_their_kernels_entries(seq, dtypes, k):
+    """An index's calls go through their kernels' compiled entries (`jit.entry`: found once per process, not typed at
+    every call), one per dtype of the ids: ids of any integer dtype in turns, read-only ones too, give the index
+    that plain lists give, chains and trees; and in the twins' tier the twins run, entry or not."""
+    for context in (_jit.compiled(), _jit.interpreted_kernels()):
+        with context:
+            used = set()  # the dtypes of the ids that reached a kernel
+            for make in (NgramIndex, SuffixIndex):
+                index, plain = make(), make()
+                parts = np.array_split(np.array(seq), len(dtypes))
+                for part, dtype in zip(parts, dtypes):
+                    ids = part.astype(np.int64 if dtype == "readonly" else dtype)
+                    ids.flags.writeable = dtype != "readonly"
+                    used |= {ids.dtype} if len(ids) else set()
+                    index.extend(ids)
+                    plain.extend(part.tolist())
+                    assert index.propose(k).tolist() == plain.propose(k).tolist()
+                if make is SuffixIndex:
+                    assert index.propose_tree(k).tokens.tolist() == plain.propose_tree(k).tokens.tolist()
+    from lookahead.index import _kernels
+
+    twin = _jit.twins()["lookahead.index._kernels"].ngram_propose
+    assert _jit.entry(twin, None, ()) is twin and (twin, None) not in _jit._ENTRIES
+    found = {key for kernel, key in _jit._ENTRIES if kernel is _kernels.ngram_extend}
+    assert used <= found
+
+
 @pytest.fixture
 def uncompiled(tmp_path, monkeypatch):
     """What a user's process gets on a fresh install: no kind in the marker (one of its own, `tmp_path`), no compiler

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._checks import check_int
-from ..runtime.jit import kernels
+from ..runtime.jit import entry, kernels
 from . import _kernels
 from ._tokens import as_token_array, draft_budget, grown, range_error, table_size as _table_size
 
@@ -92,7 +92,8 @@ class NgramIndex:
         new = as_token_array(tokens)
         if new.shape[0] == 0:
             return
-        got = kern.ngram_extend(new, self._hist, self._table, self._state, self.max_ngram, self.min_ngram)
+        args = (new, self._hist, self._table, self._state, self.max_ngram, self.min_ngram)
+        got = entry(kern.ngram_extend, new.dtype, args)(*args)  # one typing per dtype of the ids (`entry`)
         if got == K.FULL:  # the kernel wrote nothing: grow the arrays by its own rule (`K.fits`), then append
             self.reserve(new.shape[0])
             got = kern.ngram_extend(new, self._hist, self._table, self._state, self.max_ngram, self.min_ngram)
@@ -113,7 +114,8 @@ class NgramIndex:
             max_tokens = draft_budget("max_tokens", max_tokens)
             if max_tokens > self._out.shape[0]:
                 self._out = np.empty(max_tokens, dtype=np.int64)
-        m = kern.ngram_propose(self._hist, self._state, max_tokens, self._out)
+        args = (self._hist, self._state, max_tokens, self._out)
+        m = entry(kern.ngram_propose, None, args)(*args)
         return self._out[:m].copy()
 
     def copy(self) -> "NgramIndex":

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._checks import check_float, check_int
-from ..runtime.jit import kernels
+from ..runtime.jit import entry, kernels
 from . import _suffix_build, _suffix_draft
 from ._suffix_build import Automaton
 from ._suffix_draft import Scratch
@@ -125,7 +125,8 @@ class SuffixIndex:
             return
         # the kernel checks the room itself (`K.fits`), so that tokens the fused step appended count without a
         # count of our own to keep in step
-        got = kern.suffix_extend(new, self._arrays)
+        args = (new, self._arrays)  # the index's arrays: one typing; the ids: one per dtype (`entry`)
+        got = entry(kern.suffix_extend, new.dtype, args)(*args)
         if got == K.FULL:  # it wrote nothing: grow by its own rule, then append
             self.reserve(new.shape[0])
             got = kern.suffix_extend(new, self._arrays)
@@ -157,7 +158,8 @@ class SuffixIndex:
         if type(max_tokens) is not int or max_tokens < 0 or max_tokens > self._buf.chain.shape[0]:
             max_tokens = draft_budget("max_tokens", max_tokens)
             self._buffers(max_tokens)
-        m = kdraft.suffix_chain(self._arrays, self._scratch, max_tokens)
+        args = (self._arrays, self._scratch, max_tokens)
+        m = entry(kdraft.suffix_chain, None, args)(*args)
         return self._buf.chain[:m].copy()
 
     def propose_tree(self, max_nodes: int) -> Draft:
@@ -179,7 +181,8 @@ class SuffixIndex:
         if type(max_nodes) is not int or max_nodes < 0 or max_nodes > self._buf.chain.shape[0]:
             max_nodes = draft_budget("max_nodes", max_nodes)
             self._buffers(max_nodes)
-        m = kdraft.suffix_tree(self._arrays, self._scratch, max_nodes)
+        args = (self._arrays, self._scratch, max_nodes)
+        m = entry(kdraft.suffix_tree, None, args)(*args)
         tree = self._buf.tree[:, :m].copy()
         return Draft(tree[0], tree[1], self._buf.probs[:m].copy(), self.match_length)
 

@@ -623,6 +623,34 @@ def test_a_batch_whose_drafts_lost_steps_its_greedy_rows_plainly(reference, monk
     assert [row.out for row in rows] == [greedy_ids(reference, p, 12) for p in ids]
 
 
+def test_a_batch_size_whose_drafting_is_cut_is_said(reference, caplog):
+    """Where steps with drafts gave fewer tokens per second than plain ones (`StepTimes.drafts`), the engine says
+    so: a warning naming the batch size and both rates the first time, and the `lookahead_drafting` metric (0 while
+    cut, 1 once drafts pay again); a batch size cut again later changes the metric without a second warning."""
+    import logging
+
+    from lookahead.serve.engine import Engine
+    from lookahead.serve.metrics import Metrics
+
+    model, _ = reference
+    engine = Engine(model, metrics=Metrics())
+    times = engine.times
+    times.plain[4], times.wide[4] = 1e-3, 10.0  # 3-4 rows: 10 tokens/s with drafts against 1,000 plain
+    with caplog.at_level(logging.DEBUG, logger="lookahead.serve"):
+        times.drafts(3)
+        gauge = [line for line in engine.metrics.text().decode().splitlines() if line.startswith("lookahead_drafting{")]
+        times.wide[4] = 5000.0
+        times.drafts(4)
+        again = engine.metrics.text().decode()
+        times.wide[4] = 10.0
+        times.drafts(4)
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert gauge == ['lookahead_drafting{rows="4"} 0.0'] and 'lookahead_drafting{rows="4"} 1.0' in again
+    assert len(warned) == 1 and "4 rows stop verifying drafts" in warned[0] and "10.0 tokens/s" in warned[0]
+    assert "1000.0" in warned[0] and sum("verify drafts again" in r.getMessage() for r in caplog.records) == 1
+    assert 'lookahead_drafting{rows="4"} 0.0' in engine.metrics.text().decode()
+
+
 @pytest.mark.parametrize("lookup", ["ngram", "suffix", "tree"])
 def test_a_lone_greedy_row_takes_generates_fused_step(reference, monkeypatch, lookup):
     """A greedy row of chains or trees running alone is stepped as `generate`'s fused path steps (`fused.for_rows`:

@@ -172,13 +172,18 @@ class StepTimes:
         cost: the batch-1 cost model (a `CostCurve`, whose closest line is taken, or a line, `as_cost`).
         weight: how much a new timing moves an average.
         timed: False: the costs are the model's alone and nothing is timed (a cost the user gave).
+        told: called as ``told(rows, paying, drafted, plain)`` when a batch size's steps start or stop verifying
+            drafts, once its steps with drafts were timed (rows: the batch sizes' upper bound, a power of two;
+            drafted, plain: the tokens per second that steps with drafts and plain ones gave there), so that a
+            speedup cut under load is said (the server logs it and sets a metric), or None.
     """
 
     PROBE = 8  # every PROBE-th step of a batch size goes the other way (plain where drafts pay, and the reverse)
 
-    def __init__(self, cost, weight: float = 0.2, timed: bool = True):
+    def __init__(self, cost, weight: float = 0.2, timed: bool = True, told=None):
         cost = as_cost(cost)
-        self.timed = timed
+        self.timed, self.told = timed, told
+        self.paying = {}  # bucket -> whether its steps verify drafts, as last told
         self.cost, self.weight = (cost.linear() if isinstance(cost, CostCurve) else cost), weight
         self.plain, self.column = {}, {}  # bucket -> seconds per row: of a plain step; per draft column
         self.wide = {}  # bucket -> tokens per second that steps with drafts gave (their average; a plain step's:
@@ -196,6 +201,10 @@ class StepTimes:
         if key not in self.plain:
             return False  # a plain step first: what drafting must beat
         pays = key not in self.wide or self.wide[key] * self.plain[key] >= 1.0
+        if key in self.wide and self.paying.get(key, True) != pays:
+            self.paying[key] = pays
+            if self.told is not None:
+                self.told(key, pays, self.wide[key], 1.0 / self.plain[key])
         self.asked[key] = self.asked.get(key, 0) + 1
         return pays != (self.asked[key] % self.PROBE == 0)
 

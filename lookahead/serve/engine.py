@@ -118,8 +118,9 @@ class Engine:
         self.sampling_cost = _cost(model, self.facts, None, True)
         self.num_draft_tokens = max(DRAFT_TOKENS, budget(self.chain_cost, DRAFT_TOKENS))
         self.pads = None  # at batch 1 on a measured curve, the drafts a chain step pads to (`CausalLM.pad_to`)
-        self.times = StepTimes(self.chain_cost, timed=draft_cost is None)  # what a batch's step costs at each
-        # width, as timed (a cost the caller gave is taken as it is)
+        self._cut: set = set()  # the batch sizes whose drafting was cut at least once (`_told`)
+        self.times = StepTimes(self.chain_cost, timed=draft_cost is None, told=self._told)  # what a batch's step
+        # costs at each width, as timed (a cost the caller gave is taken as it is)
         if isinstance(self.chain_cost, CostCurve):
             self.pads = self.chain_cost.pads_within(self.num_draft_tokens)
         self.pending: queue.Queue = queue.Queue()
@@ -401,6 +402,21 @@ class Engine:
         chances, reach = np.array(outlooks, dtype=float).T
         least = max((int(r) for row, (_, r) in zip(rows, outlooks) if not row.sampling.greedy), default=0)
         return batch_width(chances, reach, self.times.costs(len(rows), int(reach.max()), least))
+
+    def _told(self, rows: int, paying: bool, drafted: float, plain: float) -> None:
+        """Say that steps of up to `rows` rows start or stop verifying drafts (`StepTimes.drafts`): the
+        `lookahead_drafting` metric, and a warning the first time a batch size's drafting is cut (later changes,
+        which come and go near the point where drafts stop paying, at debug level), so that a speedup cut under load
+        is never silent."""
+        first = not paying and rows not in self._cut
+        if not paying:
+            self._cut.add(rows)
+        logger.log(logging.WARNING if first else logging.DEBUG, "lookahead serve: steps of up to %d rows %s: with "
+                   "drafts they gave %.1f tokens/s, plain steps %.1f%s", rows,
+                   "verify drafts again" if paying else "stop verifying drafts", drafted, plain,
+                   "" if paying else f" (one step in {self.times.PROBE} still tries them)")
+        if self.metrics is not None:
+            self.metrics.drafting.labels(str(rows)).set(int(paying))
 
     def _accept(self, rows: list, batch: DraftBatch, logits: torch.Tensor) -> Verdict:
         """Each row's accepted path and next token (`rules.by_row`): greedy rows together, sampling rows each with

@@ -3,8 +3,8 @@
 Greedy rows of `lookahead serve`'s `Engine` (one, or `--rows` n of the same prompt, joined in one turn), its turns run
 here one after another (no HTTP, no other thread), and `lookahead.generate` on the same prompts and drafting (its
 fused step; a batch of n), alternating, with the dynamic and the static cache. A forward's host time is the call's
-time less the target's own forwards (`verify`, `verify_ids`, `prefill`, timed around them): what the step does
-besides the model.
+time less the target's own forwards (`verify`, `verify_ids`, `prefill`, the static server's `prefill_row`, timed
+around them): what the step does besides the model.
 
     python benchmarks/serve_step.py --rounds 5
     python benchmarks/serve_step.py --rounds 3 --rows 4
@@ -25,6 +25,7 @@ import lookahead
 from lookahead import models
 from lookahead.model.causal import CausalLM
 from lookahead.model.static import StaticCausalLM
+from lookahead.serve.batch import StaticServingLM
 from lookahead.serve.engine import Engine, _fast
 from lookahead.serve.row import Drafting, Row, Sampling
 
@@ -92,6 +93,7 @@ def main() -> None:
     for cls in (CausalLM, StaticCausalLM):
         for name in ("verify", "verify_ids", "prefill"):
             _timed(cls, name)
+    _timed(StaticServingLM, "prefill_row")  # the static server prefills each row alone, into its one-row state
     runs, drafting = {}, {"lookup": args.lookup, "draft": args.draft}
     for r in range(args.rounds + 1):
         for cache in args.caches:

@@ -688,6 +688,44 @@ def test_a_lone_greedy_row_takes_generates_fused_step(reference, monkeypatch, lo
     assert [len(kernel.signatures) for kernel in kernels] == warm
 
 
+@pytest.mark.parametrize("wrong", [0, 5])
+def test_a_lone_row_with_a_prediction_takes_the_fused_step_as_the_engines_path_drafts(reference, monkeypatch, wrong):
+    """A greedy chain row alone with a prediction (its answer, or its answer with every fifth token changed) is
+    stepped by the fused step, the prediction's next tokens written over the kernel's draft while the answer follows
+    it (`Engine._predicted`): greedy's tokens, in as many forwards as the engine's own path takes (`Row.draft`), with
+    the same draft tokens and the same counts of the prediction's accepted and rejected ones."""
+    from lookahead.decode import fused
+    from lookahead.serve.engine import Engine
+    from lookahead.serve.row import Drafting, Row, Sampling
+
+    model, tok = reference
+    prompt = np.array(prompt_ids(reference, PROMPTS[0]) * 2, dtype=np.int64)
+    want = greedy_ids(reference, prompt, 60)
+    prediction = np.array([t if not wrong or (i + 1) % wrong else (t + 1) % 64 for i, t in enumerate(want)])
+    steps, step = [], fused.FusedChains.step
+    monkeypatch.setattr(fused.FusedChains, "step", lambda self, rows, s: steps.append(1) or step(self, rows, s))
+    counts = []
+    for path in ("fused", "engine"):
+        if path == "engine":
+            monkeypatch.setattr(Engine, "_fused_for", lambda self, batch, most: None)
+        engine = Engine(model, draft_cost=(0.0, 0.05))
+        row = Row(prompt, 60, (), Sampling(0.0), Drafting(), tok, prediction=prediction.copy())
+        engine.submit(row)
+        try:
+            with torch.inference_mode():
+                while not row.done:
+                    engine._turn()
+        finally:
+            engine.stop()
+        assert row.out == want
+        c = row.stats
+        counts.append((c.forward_passes, c.draft_tokens, c.accepted_tokens, c.prediction_accepted,
+                       c.prediction_rejected))
+        if path == "fused":
+            assert len(steps) == c.forward_passes - 1  # every step but the prefill
+    assert counts[0] == counts[1] and counts[0][3] > 0 and (counts[0][4] > 0) == bool(wrong)
+
+
 def test_a_lone_row_on_the_fused_step_goes_on_exactly_around_a_row_that_joins_and_leaves(reference):
     """A row stepped alone by the fused step, then with a short request that joins its batch (a fused step of two
     rows, made anew: the batch's arrays changed), then alone again once that one is done (made anew again): both give

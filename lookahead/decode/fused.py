@@ -47,7 +47,8 @@ def fused(target, rows, run, max_new: int, clock):
     return kind(target, run, max_new, clock, rows.indexes)
 
 
-def for_rows(target, indexes: list, lengths: list, eos, max_new: int, stats, widths=None, trees=None):
+def for_rows(target, indexes: list, lengths: list, eos, max_new: int, stats, widths=None, trees=None,
+             width: int = 0):
     """A fused step for greedy rows driven from outside `generate` (the server's engine, `start` and `step` one step
     at a time): the rows' indexes (all `NgramIndex`es or all `SuffixIndex`es), their own `DraftLength`s (one row's as
     it is, several stacked, `policy.Stacked`: the kernels teach each row's), their eos ids (any collection: `_Fused`
@@ -55,8 +56,9 @@ def for_rows(target, indexes: list, lengths: list, eos, max_new: int, stats, wid
     batch's step costs at each draft width, [most draft tokens + 1], which the caller may rewrite before each step
     (`_fused_kernels._batch_cut`; None: each row drafts what its policy asks). `trees`: each row's `TreeSizing`, for
     rows drafting trees from `SuffixIndex`es (`FusedTrees`; several stacked, `sizing.StackedTrees`: each row's policy
-    and calibration taught there; `lengths` and `widths` unread). None where no fused step takes the indexes, their
-    sizings or the target."""
+    and calibration taught there; `lengths` and `widths` unread). `width`: the chain draft buffers' width at least
+    (the caller may write drafts of its own there before a step: a lone row's prediction, `serve.engine`). None
+    where no fused step takes the indexes, their sizings or the target."""
     first = type(indexes[0])
     same = all(type(ix) is first for ix in indexes)
     if trees is not None:
@@ -76,6 +78,7 @@ def for_rows(target, indexes: list, lengths: list, eos, max_new: int, stats, wid
     fused = kind(target, run, max_new, _UNTIMED, indexes)
     if widths is not None:
         fused.widths = widths
+    fused.width = max(fused.width, width)
     return fused
 
 
@@ -113,6 +116,7 @@ class _Fused:
         self.lists = list if interpreted() else typed.List  # the Python twins take plain lists (`runtime.jit`)
         self.target, self.run, self.max_new, self.clock = target, run, max_new, clock
         self.budget = run.sizing.max_nodes if not run.sizing.chain else run.sizing.length.max_tokens
+        self.width = max(self.budget, 1)  # the draft buffers' (a kernel drafts at most `budget` into them)
         self.eos = np.array(sorted(run.stopper.eos), dtype=np.int64)
         self.pads = np.array([target.padded(n) for n in range(self.budget + 1)], dtype=np.int64)
         self._held = None  # (row ids, typed lists of their index arrays), kept across `run_rows` calls
@@ -209,7 +213,7 @@ class _Fused:
         sizes [r] and the matches behind them [r] (two allocations: each costs more than the kernel's work on a small
         batch)."""
         # a draft kernel writes at most a row's width of tokens, whatever the policy asks (`_fused_kernels.draft*`)
-        tokens, ints = np.zeros((2, r, max(self.budget, 1)), dtype=np.int64), np.zeros((2, 2, r), dtype=np.int64)
+        tokens, ints = np.zeros((2, r, self.width), dtype=np.int64), np.zeros((2, 2, r), dtype=np.int64)
         return tuple(Chains(tokens[i], ints[i, 0], ints[i, 1]) for i in range(2))
 
     def _batch(self, d, widest: int) -> DraftBatch:
@@ -288,7 +292,7 @@ class FusedTrees(_FusedSuffix):
 
 
     def _step_buffers(self, r: int, lens: np.ndarray, out: np.ndarray, last: np.ndarray) -> dict:
-        width, sizing = max(self.budget, 1), self.run.sizing  # the draft buffers' width (`_drafts`): a step's trees
+        width, sizing = self.width, self.run.sizing  # the draft buffers' width (`_drafts`): a step's trees
         cal = sizing.calibration  # are at most that wide, so paths [r, width] and cols [r, width + 1] hold a path
         work = TreeWork(np.zeros((r, width), dtype=np.int64), np.zeros((r, width + 1), dtype=np.int64),
                         np.zeros(r, dtype=np.int64), sizing.step_costs(r))
@@ -298,7 +302,7 @@ class FusedTrees(_FusedSuffix):
     def _drafts(self, r: int) -> tuple:
         """Two steps' tree buffers for r rows (`Trees`), each with parents and probs [r, budget] and the chain
         floor's depths [r] besides the chains' buffers."""
-        width = max(self.budget, 1)
+        width = self.width
         parents, probs = np.zeros((2, r, width), dtype=np.int64), np.zeros((2, r, width))
         depths = np.zeros((2, r), dtype=np.int64)
         return tuple(Trees(d.tokens, parents[i], probs[i], d.sizes, d.matches, depths[i])

@@ -11,7 +11,7 @@ drop cancelled rows, then one step for all rows of a batch:
     accepted path) -> advance (append, stream, stop) -> drop finished rows.
 
 A batch whose rows are all greedy chains from n-gram or suffix indexes, or all greedy trees from suffix indexes,
-without a prediction and with one set of eos ids, takes `generate`'s fused step instead (`fused.for_rows`: after the
+without a prediction (but a lone chain row's) and with one set of eos ids, takes `generate`'s fused step instead (`fused.for_rows`: after the
 forward, one kernel call accepts, teaches each row's policy (and calibration), stops, extends the indexes and drafts
 the next step, chains cut to the same batch width, trees sized for the batch's step); its rows then advance as any
 row does.
@@ -52,6 +52,7 @@ from ..model.static import static_mode
 from ..verify.batch import DraftBatch, Verdict
 from ..verify.rules import argmax_rows, by_row
 from .batch import ServingLM, StaticServingLM
+from .row import PREDICTION_TOKENS
 
 logger = logging.getLogger("lookahead.serve")
 
@@ -319,18 +320,20 @@ class Engine:
 
     def _fused_for(self, batch: Batch, most):
         """The fused step of a batch whose rows are all greedy chains from n-gram or suffix indexes, or all greedy
-        trees from suffix indexes, with no prediction and one set of eos ids (`_Fused`), kept across steps while the
-        same rows run (made anew after any row joined or left: the batch's arrays are new then); None for any other
-        batch (its rows draft as the engine's rows do)."""
+        trees from suffix indexes, with no prediction (but a lone chain row's: `_predicted`) and one set of eos ids
+        (`_Fused`), kept across steps while the same rows run (made anew after any row joined or left: the batch's
+        arrays are new then); None for any other batch (its rows draft as the engine's rows do)."""
         rows = batch.rows
         kept = self._fused
         if kept is not None and kept.batch is batch and batch.settled and kept.rows == rows:
             return kept
         self._fused = None
         first = rows[0]
+        predicting = first.prediction is not None and len(first.prediction) > 0  # a lone chain row's prediction
         if self.apart is not None or any(
                 not row.sampling.greedy or (row.tree is None) != (first.tree is None) or row.index is None
-                or row.eos != first.eos or (row.prediction is not None and len(row.prediction))
+                or row.eos != first.eos
+                or (row.prediction is not None and len(row.prediction) and (len(rows) > 1 or row.tree is not None))
                 or (most is not None and most < (row.length.max_tokens if row.tree is None else row.tree.max_nodes))
                 for row in rows):
             return None
@@ -339,14 +342,35 @@ class Engine:
         top = max(row.max_new for row in rows)
         trees = None if first.tree is None else [row.tree for row in rows]
         widths = np.empty(first.length.max_tokens + 1) if len(rows) > 1 and trees is None else None
+        reach = min(max(first.length.max_tokens, PREDICTION_TOKENS), most or PREDICTION_TOKENS) if predicting else 0
         step = for_rows(batch.target, [row.index for row in rows], [row.length for row in rows], first.eos, top,
-                        self.stats, widths, trees)
+                        self.stats, widths, trees, reach)
         if step is None:
             return None
         fused = self._fused = _Fused(batch, step, widths)
+        fused.predicting = predicting
         self._widths(fused)
         fused.state = step.start(fused, [top - row.max_new + len(row.out) for row in rows])  # its first draft
+        if predicting:
+            self._predicted(fused)
         return fused
+
+    def _predicted(self, fused: "_Fused") -> None:
+        """A lone row with a prediction on the fused step: while its answer follows the prediction, its next step
+        verifies the prediction's next tokens (`Row._reach`: as many as it holds, up to the row's room and
+        `PREDICTION_TOKENS` or what its policy asks, whatever the cost curve says of short guesses), written over the
+        draft the kernel made from the index, as the engine's own path drafts them (`Row.draft`)."""
+        row, s = fused.rows[0], fused.state
+        if row.done or row.predicted is None:
+            return
+        n, from_prediction = row._reach(row.budget(1), 0)
+        if not from_prediction:
+            return
+        d = s["now"]  # the next step's drafts: `s["batch"]` is their view
+        n = min(n, d.tokens.shape[1])
+        d.tokens[0, :n] = row.prediction[row.predicted:row.predicted + n]
+        d.sizes[0], d.matches[0] = n, max(row.index.match_length, 1)
+        s["batch"] = fused.fused._batch(d, n)
 
     def _step_fused(self, fused: "_Fused", start: float, timed: bool) -> None:
         """One step of a batch of greedy rows as `generate`'s fused path takes it (`fused.for_rows`): one
@@ -355,6 +379,8 @@ class Engine:
         as any row does."""
         rows, s = fused.rows, fused.state
         before, drafted, width = s["lens"].copy(), s["batch"].sizes.tolist(), s["batch"].width
+        predicting = fused.predicting  # a lone row with a prediction: its draft's tokens, to count
+        tokens = s["batch"].tokens[0, :drafted[0]].copy() if predicting else None
         self._widths(fused)  # for the next step's draft, which this step's kernel call makes
         fused.fused.step(fused, s)
         if self.metrics is not None:
@@ -362,8 +388,10 @@ class Engine:
         counts, lens, out = s["rows"].counts.tolist(), s["lens"].tolist(), s["out"]
         done = []
         for k, row in enumerate(rows):
-            row.counted(drafted[k], counts[k])
+            row.counted(drafted[k], counts[k], tokens)
             done.append(row.advance(out[k, before[k]:lens[k]].tolist(), indexed=True))
+        if predicting and not done[0]:
+            self._predicted(fused)
         if any(done):
             self._fused = None
         elif fused.widths is not None:  # a row the batch's width left out of the next step learns from the tokens
@@ -463,6 +491,7 @@ class _Fused:
 
     def __init__(self, batch: Batch, fused, widths):
         self.batch, self.rows, self.fused, self.widths, self.state = batch, list(batch.rows), fused, widths, None
+        self.predicting = False  # a lone row with a prediction (`Engine._predicted`)
         self.indexes, self.ids = [row.index for row in self.rows], list(range(len(self.rows)))
 
     @property

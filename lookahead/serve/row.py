@@ -221,13 +221,17 @@ class Row:
         path = draft.tokens if draft.is_chain else draft.tokens[_first_path(draft.parents)]
         return _contains(self.prediction, path)
 
-    def counted(self, drafted: int, accepted: int) -> None:
+    def counted(self, drafted: int, accepted: int, tokens: np.ndarray | None = None) -> None:
         """Count a step the row took part in: one forward, its draft tokens and those accepted (`learn`, or a step the
-        fused kernel took for the row, `engine.Engine._step_fused`, which taught its policy there)."""
+        fused kernel took for the row, `engine.Engine._step_fused`, which taught its policy there); with the draft's
+        `tokens` (a chain), also as the prediction's where they appear in it, as `learn` counts them."""
         c = self.stats
         c.add_forward(1)
         c.draft_tokens += drafted
         c.accepted_tokens += accepted
+        if tokens is not None and drafted and _contains(self.prediction, tokens):
+            c.prediction_accepted += accepted
+            c.prediction_rejected += drafted - accepted
 
     def advance(self, tokens: list, indexed: bool = False) -> bool:
         """Take the step's gained tokens (cut at an eos or the length limit), stream their text; True when done.

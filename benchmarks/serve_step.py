@@ -9,11 +9,13 @@ around them): what the step does besides the model.
     python benchmarks/serve_step.py --rounds 5
     python benchmarks/serve_step.py --rounds 3 --rows 4
     python benchmarks/serve_step.py --rounds 3 --lookup suffix --draft tree
+    python benchmarks/serve_step.py --rounds 3 --prediction 5 --caches dynamic   # rows with a prediction
     python benchmarks/serve_step.py --model smollm2 --device cuda --dtype bf16 --caches static   # on a GPU
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import platform
 import statistics
 import time
@@ -53,11 +55,12 @@ def _timed(cls, name: str) -> None:
     setattr(cls, name, timed)
 
 
-def served(model, tok, ids: np.ndarray, max_new: int, cache, rows: int, drafting: dict) -> tuple:
+def served(model, tok, ids: np.ndarray, max_new: int, cache, rows: int, drafting: dict, prediction=None) -> tuple:
     """(seconds, forwards, tokens) of `rows` greedy rows of one prompt through the engine's turns (the forwards:
-    the engine's steps)."""
+    the engine's steps), each drafting from `prediction` (token ids) if given."""
     engine = Engine(model, cache_implementation=cache, max_model_len=len(ids) + max_new + 64)
-    batch = [Row(ids, max_new, (), Sampling(0.0), Drafting(**drafting), tok) for _ in range(rows)]
+    batch = [Row(ids, max_new, (), Sampling(0.0), Drafting(**drafting), tok, prediction=prediction)
+             for _ in range(rows)]
     with torch.inference_mode(), _fast(model):
         for row in batch:
             engine.submit(row)
@@ -87,6 +90,9 @@ def main() -> None:
     p.add_argument("--lookup", default="ngram", choices=("ngram", "suffix"))
     p.add_argument("--draft", default="chain", choices=("chain", "tree"), help="tree: with --lookup suffix")
     p.add_argument("--caches", nargs="+", choices=("dynamic", "static"), default=["dynamic", "static"])
+    p.add_argument("--prediction", type=int, default=0, metavar="N",
+                   help="the served rows draft from a prediction: the answer with every N-th token changed (0: "
+                        "none; `generate`, which takes none, runs without)")
     args = p.parse_args()
     model, tok, _ = models.load(args.model or models.default_model_path(), device=args.device, dtype=args.dtype)
     ids = np.asarray(tok(TEXT)["input_ids"], dtype=np.int64)
@@ -94,16 +100,21 @@ def main() -> None:
         for name in ("verify", "verify_ids", "prefill"):
             _timed(cls, name)
     _timed(StaticServingLM, "prefill_row")  # the static server prefills each row alone, into its one-row state
-    runs, drafting = {}, {"lookup": args.lookup, "draft": args.draft}
+    runs, drafting, prediction = {}, {"lookup": args.lookup, "draft": args.draft}, None
+    if args.prediction:
+        answer = generated(model, tok, ids, args.max_new, args.caches[0], 1, drafting)[2][0]
+        prediction = np.array([t if (i + 1) % args.prediction else (t + 1) % len(tok) for i, t in enumerate(answer)])
     for r in range(args.rounds + 1):
         for cache in args.caches:
-            for who, run in (("serve engine", served), ("generate", generated)):
+            for who, run in (("serve engine", functools.partial(served, prediction=prediction)),
+                             ("generate", generated)):
                 FORWARDS.clear()
                 seconds, forwards, out = run(model, tok, ids, args.max_new, cache, args.rows, drafting)
                 if r:
                     runs.setdefault((cache, who), []).append((seconds, forwards, sum(FORWARDS), out))
     print(f"{model.config.model_type}, {args.device}, {args.dtype}, {torch.get_num_threads()} threads, {len(ids)} "
-          f"prompt tokens, {args.rows} row(s), {args.lookup} {args.draft}s, {args.max_new} new, {args.rounds} rounds; "
+          f"prompt tokens, {args.rows} row(s), {args.lookup} {args.draft}s, {args.max_new} new, {args.rounds} rounds"
+          f"{f', served with a prediction wrong every {args.prediction}th token' if args.prediction else ''}; "
           f"{platform.processor() or platform.machine()}")
     print("| cache | step | ms per forward | host us per forward | forwards | same tokens as generate |")
     print("| --- | --- | ---: | ---: | ---: | --- |")

@@ -80,8 +80,8 @@ def _compile(path: Path, todo: list, done: list, progress: bool) -> None:
 
 
 def _serve(model, tok, g: torch.Generator) -> None:
-    """`lookahead serve`'s loop with numba's kernels (it runs in the context that made it) over rows of chains, trees
-    and sampling joined into one batch."""
+    """`lookahead serve`'s loop with numba's kernels (it runs in the context that made it) over rows of chains, trees,
+    sampling and recycled predictions joined into one batch."""
     from .serve.engine import Engine
     from .serve.row import Drafting, Row, Sampling
 
@@ -91,7 +91,8 @@ def _serve(model, tok, g: torch.Generator) -> None:
     rows = [Row(torch.randint(3, 500, (40,), generator=g).numpy(), 16, (), sampling, drafting, tok,
                 emit=lambda event: event[0] == "done" and done.release())
             for sampling, drafting in [(Sampling(), Drafting()), (Sampling(), Drafting(lookup="suffix", draft="tree")),
-                                       (Sampling(0.8, seed=0), Drafting())]]
+                                       (Sampling(0.8, seed=0), Drafting()),
+                                       (Sampling(), Drafting(lookup="suffix+recycle", draft="tree"))]]
     try:
         for row in rows:
             row.prompt[20:36] = row.prompt[2:18]  # something to copy

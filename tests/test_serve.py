@@ -230,7 +230,8 @@ def test_prediction_is_drafted_from_and_counted(client, reference):
 
 
 def test_lookahead_options_per_request(client, reference):
-    """`"lookup": "none"` drafts nothing (a forward per token); suffix trees and n-gram options keep greedy text."""
+    """`"lookup": "none"` drafts nothing (a forward per token); suffix trees, n-gram options and recycled
+    predictions (chains and trees) keep greedy text."""
     prompt = PROMPTS[0] + " Lily liked to play. Lily liked to play. Lily"
     want = greedy(reference, prompt_ids(reference, prompt), 60)
     none = client.completions.create(model=NAME, prompt=prompt, max_tokens=60, temperature=0,
@@ -239,7 +240,8 @@ def test_lookahead_options_per_request(client, reference):
     assert none.usage.lookahead["draft_tokens"] == 0
     assert none.usage.lookahead["forwards"] == none.usage.completion_tokens
     for options in ({"lookup": "suffix", "draft": "tree", "max_draft_nodes": 16}, {"lookup": "suffix"},
-                    {"lookup": "ngram", "max_ngram": 2, "num_draft_tokens": 4}):
+                    {"lookup": "ngram", "max_ngram": 2, "num_draft_tokens": 4}, {"lookup": "recycle"},
+                    {"lookup": "suffix+recycle", "draft": "tree"}):
         got = client.completions.create(model=NAME, prompt=prompt, max_tokens=60, temperature=0,
                                         extra_body={"lookahead": options})
         assert got.choices[0].text == want, options
@@ -621,6 +623,48 @@ def test_a_batch_whose_drafts_lost_steps_its_greedy_rows_plainly(reference, monk
     assert (3 in kinds) == fused and (bool(kinds) == fused)
     assert any(row.length.version.sum() > 0 for row in rows)  # a watched draft scored
     assert [row.out for row in rows] == [greedy_ids(reference, p, 12) for p in ids]
+
+
+def test_recycling_rows_are_served_and_learn_across_requests(reference):
+    """Rows of `"lookup": "recycle"` (chains) and `"suffix+recycle"` (trees), greedy and sampling, joined in one
+    batch, draft from M, the engine's `Recycled`, and learn every forward's top-k: the greedy rows give greedy's
+    tokens, a sampling row samples (with its seed it replays only while M is the same: M's drafts decide which random
+    draws the acceptance takes), a later request of the same prompt accepts more of its drafts than the first (M
+    learned the target's predictions), and no recycling kernel compiles beyond what the served kind's warm-up
+    compiled."""
+    from lookahead.decode import _warm_up
+    from lookahead.index import _recycle_kernels
+    from lookahead.runtime.jit import SERVED
+    from lookahead.serve.engine import Engine
+    from lookahead.serve.row import Drafting, Row, Sampling
+
+    _warm_up.kind(*SERVED)
+    kernels = [getattr(_recycle_kernels, name) for name in ("advance", "merged_chain", "merged_tree", "update_step")]
+    warm = [len(kernel.signatures) for kernel in kernels]
+    model, tok = reference
+    engine = Engine(model, draft_cost=(0.0, 0.05))
+    ids = [np.array(prompt_ids(reference, text), dtype=np.int64) for text in PROMPTS[:2]]
+
+    def served(rows):
+        for row in rows:
+            engine.submit(row)
+        with torch.inference_mode():
+            while not all(row.done for row in rows):
+                engine._turn()
+        return rows
+
+    try:
+        chain, tree, sampled = served([Row(ids[0], 40, (), Sampling(0.0), Drafting(lookup="recycle"), tok),
+                                       Row(ids[1], 40, (), Sampling(0.0), Drafting("suffix+recycle", "tree"), tok),
+                                       Row(ids[1], 40, (), Sampling(0.9, seed=3), Drafting("recycle"), tok)])
+        again, = served([Row(ids[0], 40, (), Sampling(0.0), Drafting(lookup="recycle"), tok)])
+    finally:
+        engine.stop()
+    assert [chain.out, tree.out, again.out] == [greedy_ids(reference, p, 40) for p in (ids[0], ids[1], ids[0])]
+    assert sampled.done and sampled.stats.draft_tokens > 0 and sampled.out != tree.out and engine.peak == 3
+    assert again.stats.accepted_tokens > chain.stats.accepted_tokens and tree.stats.draft_tokens > 0
+    assert (engine.recycled().ids[:, 0] >= 0).sum() > 20  # M holds the target's predictions after many tokens
+    assert [len(kernel.signatures) for kernel in kernels] == warm
 
 
 def test_a_batch_size_whose_drafting_is_cut_is_said(reference, caplog):

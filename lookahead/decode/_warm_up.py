@@ -25,7 +25,8 @@ def kind(lookup: str, draft: str, rows: int, cache: str, decoding: str) -> None:
     if decoding == "greedy" and (lookup, draft) in fused:  # sampling is unfused
         fused[lookup, draft](rows > 1)
     elif decoding == "served":  # the server's greedy rows of chains and trees, one row's and several rows'
-        chains(True), suffix_chains(True), trees(True)  # (`fused.for_rows`)
+        chains(True), suffix_chains(True), trees(True)  # (`fused.for_rows`), and its recycling rows' indexes
+        recycling()
 
 
 def indexes() -> None:
@@ -37,6 +38,24 @@ def indexes() -> None:
         if isinstance(index, SuffixIndex):
             index.propose_tree(4)
         index.reserve(4096)  # past the first capacity: the arrays grow and the table is rebuilt
+
+
+def recycling() -> None:
+    """The kernels of `RecycleIndex`es (``"recycle"`` and ``"suffix+recycle"``) as the server's engine calls them:
+    extending by int64 ids, proposing chains and trees, learning a step's top-k (the prefill's: an empty draft)."""
+    from ..index.recycle import Recycled, RecycleIndex
+
+    table = Recycled(16, 2)
+    for index in (RecycleIndex(table), RecycleIndex(table, SuffixIndex())):
+        none, top = np.zeros(0, np.int64), (np.ones((3, 2), np.int64), np.full((3, 2), 0.5, np.float32))
+        index.observe(none, none, 0, *top)
+        index.extend(np.array([1, 2, 3, 1, 2], np.int64))
+        draft = index.propose_tree(2)
+        index.observe(draft.tokens, draft.parents, len(draft), *top)
+        chain, parents = index.propose(2), np.arange(-1, 1)
+        parents.flags.writeable = False  # a chain batch's parents are one read-only row (`DraftBatch.pack`)
+        index.observe(chain, parents[:len(chain)], len(chain), *top)
+        index.extend(np.array([3], np.int64))
 
 
 def policy() -> None:

@@ -16,6 +16,11 @@ forward, one kernel call accepts, teaches each row's policy (and calibration), s
 the next step, chains cut to the same batch width, trees sized for the batch's step); its rows then advance as any
 row does.
 
+Rows of a recycling lookup (``"recycle"``, ``"suffix+recycle"``) draft from M, the target's own top-k predictions
+after each token (`recycled`: the memory's, or the engine's, shared by every such row and kept across requests), and
+learn the top-k after every column of each forward, before their indexes take the step's tokens, as `generate`'s rows
+do (`lookahead.index.recycle`).
+
 Greedy rows gain exactly the tokens `model.generate(do_sample=False)` gives their prompt alone: each row's attention
 sees its own slots only and its positions are its own. The acceptance rules are `lookahead.verify`'s.
 
@@ -41,7 +46,10 @@ from ..decode.calibrate import budget, draft_cost
 from ..decode.engine import Batch
 from ..decode.fused import for_rows
 from ..decode.policy import CostCurve, StepTimes, batch_width
+from ..decode.recycling import top_k
 from ..decode.settings import DRAFT_TOKENS, GenerationStats, make_settings
+from ..index.build import RECYCLING
+from ..index.recycle import Recycled
 from ..model.attention import packed_attention
 from ..model.facts import ModelFacts, rows_apart
 from ..model.indexer import decoding_order
@@ -130,6 +138,8 @@ class Engine:
         self.freed = 0  # cancelled rows dropped from the batch (or never prefilled)
         self.peak = 0  # most rows a step has verified together
         self._fused = None  # the fused step of a batch of greedy rows (`_Fused`), or None
+        self._recycled = None  # M of the recycling rows (`recycled`), made at the first one
+        self._top = None  # the step's top-k after every column, where a row recycles (`_accept`)
         self._stop = threading.Event()
         context = contextvars.copy_context()  # the loop runs in its creator's context (the kernels' tier: `_jit`)
         self._thread = threading.Thread(target=context.run, args=(self._run,), name="lookahead-engine", daemon=True)
@@ -239,7 +249,8 @@ class Engine:
         if self.limit is not None and len(row.prompt) + row.max_new > self.limit:
             raise ValueError(f"a request of {len(row.prompt)} prompt tokens and {row.max_new} new tokens exceeds the "
                              f"{self.limit} tokens a row holds")
-        row.start(self.memory, self.chain_cost, self.sampling_cost, self.num_draft_tokens, self.facts.device)
+        row.start(self.memory, self.chain_cost, self.sampling_cost, self.num_draft_tokens, self.facts.device,
+                  self.recycled() if row.drafting.lookup in RECYCLING else None)
         prompt = torch.from_numpy(row.prompt)[None].to(self.facts.device)
         if self.static is not None:  # into the one-row state, joined below
             if not self.batches:
@@ -257,6 +268,9 @@ class Engine:
         row.stats.add_forward(1)
         token = int(argmax_rows(logits[None], torch.zeros(1, dtype=torch.long), 1)[0, 0]) if row.sampling.greedy \
             else int(torch.multinomial(torch.softmax(row.sampling.warp(logits), -1), 1, generator=row.generator))
+        if row.recycles:  # the prefill's predictions after the prompt, learned before the index takes its token
+            ids, probs = (np.ascontiguousarray(t.numpy()) for t in top_k(logits, self._recycled.k))
+            row.index.observe(_NONE, _NONE, 0, ids, probs)
         if row.advance([token]):
             self._finished(row, row.finish)
             if one is not self.target:
@@ -306,6 +320,12 @@ class Engine:
         drafted = DraftBatch.pack(drafts, all(row.chain for row in rows))
         # the forward, the acceptance, the commit
         _, verdict = batch.step(drafted, lambda d, logits: self._accept(rows, d, logits), self.stats)
+        if self._top is not None:  # recycling rows learn the step's predictions before their indexes take its tokens
+            ids, probs = (np.ascontiguousarray(t.numpy()) for t in self._top)
+            for i, row in enumerate(rows):
+                if row.recycles:
+                    row.index.observe(drafted.tokens[i], drafted.parents[i], int(drafted.sizes[i]), ids[i], probs[i])
+            self._top = None
         gained = verdict.gained(drafted)
         if self.metrics is not None:
             self.metrics.forwards.inc()
@@ -431,6 +451,16 @@ class Engine:
         least = max((int(r) for row, (_, r) in zip(rows, outlooks) if not row.sampling.greedy), default=0)
         return batch_width(chances, reach, self.times.costs(len(rows), int(reach.max()), least))
 
+    def recycled(self) -> Recycled:
+        """M, the target's top-k predictions after each token that recycling rows (``"lookup": "recycle"``,
+        ``"suffix+recycle"``) draft from and learn from at every forward, shared by them and kept across requests:
+        the memory's (`Memory.recycled`), or the engine's own, made at the first such row."""
+        if self._recycled is None:
+            name = getattr(self.model.config, "_name_or_path", "") or self.facts.name
+            self._recycled = Recycled(self.facts.vocab) if self.memory is None else \
+                self.memory.recycled(self.facts.vocab, name)
+        return self._recycled
+
     def _told(self, rows: int, paying: bool, drafted: float, plain: float) -> None:
         """Say that steps of up to `rows` rows start or stop verifying drafts (`StepTimes.drafts`): the
         `lookahead_drafting` metric, and a warning the first time a batch size's drafting is cut (later changes,
@@ -448,7 +478,9 @@ class Engine:
 
     def _accept(self, rows: list, batch: DraftBatch, logits: torch.Tensor) -> Verdict:
         """Each row's accepted path and next token (`rules.by_row`): greedy rows together, sampling rows each with
-        its own rule and generator."""
+        its own rule and generator; where a row recycles, the top-k after every column first (`_top`)."""
+        if any(row.recycles for row in rows):
+            self._top = top_k(logits, self._recycled.k)
         greedy = np.array([i for i, row in enumerate(rows) if row.sampling.greedy], dtype=np.int64)
         return by_row(batch, logits, greedy, lambda i: rows[i].pick(logits[i], batch.drafts[i]))
 
@@ -504,6 +536,7 @@ class _Fused:
 
 
 MAX_MODEL_LEN = 4096  # the static cache's tokens per row when max_model_len is not given and the model allows more
+_NONE = np.zeros(0, dtype=np.int64)  # the prefill's draft: no tokens, no parents
 
 
 def _static(model, facts: ModelFacts, cache_implementation, apart: str | None) -> tuple | None:

@@ -13,6 +13,7 @@ from ..decode.policy import DraftLength
 from ..decode.settings import DRAFT_NODES, OPTIONS, GenerationStats
 from ..decode.sizing import TreeSizing
 from ..index.build import row_indexes
+from ..index.recycle import RecycleIndex
 from ..index.draft import Draft
 from ..verify.batch import DraftBatch, Verdict
 from .text import TextOut
@@ -97,13 +98,20 @@ class Row:
     def chain(self) -> bool:
         return self.tree is None
 
-    def start(self, memory, chain_cost, sampling_cost, num_draft_tokens: int, device) -> None:
-        """Build the row's index (its prediction, then its prompt, over the memory's tokens), draft policy and
-        generator; called in the engine's thread, which alone touches the memory."""
+    @property
+    def recycles(self) -> bool:
+        """Whether the row drafts from recycled predictions (`RecycleIndex`): it learns from every forward's top-k."""
+        return isinstance(self.index, RecycleIndex)
+
+    def start(self, memory, chain_cost, sampling_cost, num_draft_tokens: int, device, recycled=None) -> None:
+        """Build the row's index (its prediction, then its prompt, over the memory's tokens; for a recycling lookup
+        over `recycled`, the server's `Recycled`), draft policy and generator; called in the engine's thread, which
+        alone touches the memory."""
         d = self.drafting
         n = num_draft_tokens if d.num_draft_tokens is None else d.num_draft_tokens
         documents = [[self.prediction]] if self.prediction is not None and len(self.prediction) else None
-        self.index = row_indexes(d.lookup, d.max_ngram, d.min_ngram, [self.prompt], documents, memory, n)[0]
+        self.index = row_indexes(d.lookup, d.max_ngram, d.min_ngram, [self.prompt], documents, memory, n,
+                                 recycled)[0]
         cost = chain_cost if self.sampling.greedy else sampling_cost  # sampling: a fixed line, so a seed replays
         if d.draft == "tree":
             self.tree = TreeSizing(d.max_draft_nodes, n, cost)

@@ -12,7 +12,6 @@ from .._checks import LOOKUPS, TREE_LOOKUPS
 from ..index.ngram import MAX_NGRAM
 from .row import Drafting, Sampling
 
-SERVED_LOOKUPS = tuple(x for x in LOOKUPS if x not in ("recycle", "suffix+recycle"))  # no per-forward top-k here
 MAX_STOPS, MAX_N, MAX_STEP = 4, 16, 1024
 _UNSUPPORTED = {  # field -> the values that mean "off"
     "logprobs": (None, False, 0), "top_logprobs": (None, 0), "echo": (None, False), "suffix": (None, ""),
@@ -218,11 +217,11 @@ def _drafting(options) -> Drafting:
                              f"lookahead.{name}", "unknown_parameter")
         _get(options, name, _DRAFTING[name], path=f"lookahead.{name}")
     got = dict(Drafting().__dict__) | {k: v for k, v in options.items() if v is not None}
-    _choice(got, "lookup", SERVED_LOOKUPS)
+    _choice(got, "lookup", LOOKUPS)
     _choice(got, "draft", ("chain", "tree"))
     if got["draft"] == "tree" and got["lookup"] not in TREE_LOOKUPS:
-        raise BadRequest(f"draft='tree' needs lookup='suffix', got lookup={got['lookup']!r}", "lookahead.draft",
-                         "invalid_value")
+        raise BadRequest(f"draft='tree' needs lookup={', '.join(map(repr, TREE_LOOKUPS))}, got "
+                         f"lookup={got['lookup']!r}", "lookahead.draft", "invalid_value")
     for name, low, high in (("num_draft_tokens", 0, MAX_STEP), ("max_draft_nodes", 1, MAX_STEP),
                             ("max_ngram", 1, MAX_NGRAM), ("min_ngram", 1, MAX_NGRAM)):
         _int(got, name, low, high, path=f"lookahead.{name}")

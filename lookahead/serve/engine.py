@@ -310,7 +310,8 @@ class Engine:
         width = self._width(rows, budgets, fill, drafting) if b > 1 else None
         if width is not None:
             fill = width
-        drafts = [row.draft(n, fill, width if row.sampling.greedy else None) for row, n in zip(rows, budgets)]
+        padded = target.padded if most is not None else self._padded(target)  # what a greedy tree keeps
+        drafts = [row.draft(n, fill, width if row.sampling.greedy else None, padded) for row, n in zip(rows, budgets)]
         if most is not None:
             drafts = [d.head(most) if len(d) > most else d for d in drafts]
         if width is not None:  # what a row did not verify, it still learns from: the tokens that come
@@ -337,6 +338,11 @@ class Engine:
         if timed:
             self.times.record(b, drafted.width, time.perf_counter() - start, b + int(verdict.counts.sum()))
         self._drop(batch, done)
+
+    def _padded(self, target):
+        """n -> the most tree nodes a step verifying n may hold at no extra cost, as `generate` sizes trees: the
+        width the target pads to, or a wider one its measured cost curve says costs no more (`calibrate.budget`)."""
+        return lambda n: max(target.padded(n), budget(self.chain_cost, n))
 
     def _fused_for(self, batch: Batch, most):
         """The fused step of a batch whose rows are all greedy chains from n-gram or suffix indexes, or all greedy

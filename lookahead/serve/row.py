@@ -129,14 +129,16 @@ class Row:
         ask = self.length.choose(np.full(batch, self.index.match_length))[0]  # replays; greedy: the batch's costs
         return int(min(ask, self.max_new - 1 - len(self.out)))
 
-    def draft(self, budget: int, fill: int, width: int | None = None) -> Draft:
-        """The row's draft: a tree (draft="tree"), else a chain of `budget` tokens, or up to `fill` (the columns
+    def draft(self, budget: int, fill: int, width: int | None = None, padded=None) -> Draft:
+        """The row's draft: a tree (draft="tree"; a greedy row's keeps as many nodes as the forward computes anyway,
+        `padded(n)`, the target's: `TreeSizing.draft`), else a chain of `budget` tokens, or up to `fill` (the columns
         the step computes anyway) for a greedy row with a match; a prediction's next tokens while the answer
         follows it. `width`: the most tokens the batch's step verifies (`batch_width`), or None."""
         if self.index is None:
             return Draft.empty()
-        if self.tree is not None:
-            return self.tree.draft([self.index], np.array([max(self.room, 0)]))[0]
+        if self.tree is not None:  # a sampling row's tree never depends on the batch: a seed replays
+            return self.tree.draft([self.index], np.array([max(self.room, 0)]),
+                                   padded if self.sampling.greedy else None)[0]
         reach, prediction = self._reach(budget, fill)
         n = reach if width is None else min(reach, width)
         if prediction:

@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 from . import models
+from ._checks import DRAFTS, LOOKUPS, TREE_LOOKUPS
 from .decode import _warm_up
 from .runtime import jit as _jit
 from .generate import generate
@@ -117,9 +118,22 @@ def _call(model, kind: tuple, g: torch.Generator) -> None:
 
 
 def ordered(first: list) -> list:
-    """`jit.KINDS`, the kinds in `first` (lists, as JSON gives them) before the others."""
-    first = [tuple(kind) for kind in first if tuple(kind) in _jit.KINDS]
+    """`jit.KINDS`, with the kinds in `first` (lists, as JSON gives them: the kinds a program's calls waited for,
+    whether or not they are in `KINDS`, such as a static batch of recycled trees) before the others; what names no
+    kind of call is dropped."""
+    first = [tuple(kind) for kind in first if _is_kind(kind)]
     return list(dict.fromkeys(first)) + [kind for kind in _jit.KINDS if kind not in first]
+
+
+def _is_kind(kind) -> bool:
+    """Whether `kind` names a kind of call (`jit.kind_of`) or the server's loop (`jit.SERVED`)."""
+    if not isinstance(kind, (list, tuple)) or len(kind) != 5:
+        return False
+    if tuple(kind) == _jit.SERVED:
+        return True
+    lookup, draft, rows, cache, decoding = kind
+    return (lookup in LOOKUPS and lookup != "none" and draft in DRAFTS and (draft == "chain" or lookup in TREE_LOOKUPS)
+            and rows in (1, 2) and cache in ("dynamic", "static") and decoding in ("greedy", "sample"))
 
 
 def _follow(parent: int) -> None:

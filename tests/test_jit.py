@@ -283,12 +283,32 @@ def test_the_background_compiler_ends_with_the_program_that_started_it(tmp_path,
 
 
 def test_the_background_compiler_starts_with_the_kinds_the_calls_wait_for():
-    """The kinds the program's calls ran as twins go first (`--first`), then the rest in `KINDS`' order."""
+    """The kinds the program's calls ran as twins go first (`--first`), those outside `KINDS` too (a static batch
+    of recycled trees: before, never compiled ahead, every new process ran them as twins), then the rest in
+    `KINDS`' order; what names no kind is dropped."""
     from lookahead import warm
 
-    tree = ("suffix", "tree", 1, "dynamic", "greedy")
-    assert warm.ordered([list(tree), ["no", "such", 1, "kind", "x"]]) == [tree] + [k for k in _jit.KINDS if k != tree]
+    tree, other = ("suffix", "tree", 1, "dynamic", "greedy"), ("suffix+recycle", "tree", 2, "static", "greedy")
+    assert other not in _jit.KINDS
+    assert warm.ordered([list(tree), list(other), ["no", "such", 1, "kind", "x"], ["ngram", "tree", 1, "dynamic",
+                         "greedy"]]) == [tree, other] + [k for k in _jit.KINDS if k != tree]
     assert warm.ordered([]) == list(_jit.KINDS)
+
+
+def test_a_kind_outside_kinds_a_call_waited_for_is_compiled_and_listed(tmp_path, monkeypatch):
+    """A kind of call outside `KINDS` that a program's call ran as twins (`--first`) is compiled by the background
+    compiler and listed in the marker, and the program's next calls of that kind see it there (`_ready` reads the
+    marker again for it though every kind of `KINDS` is listed)."""
+    from lookahead import warm
+
+    marker = tmp_path / "kernels.json"
+    monkeypatch.setattr(_jit, "marker", lambda: marker)
+    monkeypatch.setattr(_jit, "_KNOWN", set())
+    other = ("suffix+recycle", "tree", 1, "static", "greedy")
+    marker.write_text(json.dumps([list(k) for k in _jit.KINDS]))
+    assert other not in _jit._ready(other) and set(_jit.KINDS) <= _jit._ready()
+    assert warm.compile_kinds(marker, warm.ordered([list(other)])) == [other]  # the rest were listed
+    assert other in _jit._ready(other)
 
 
 def test_warm_compiles_every_kind_ahead_and_lists_it(tmp_path, monkeypatch):

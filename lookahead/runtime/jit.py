@@ -108,7 +108,7 @@ def kind_of(lookup: str, draft: str, rows: int, static: bool, sampling: bool) ->
 def tier(kind: tuple):
     """Run the block with numba's kernels when its kind is compiled (in numba's cache or this process), else with
     their Python twins, starting the background compiler if none runs. A block inside another keeps its tier."""
-    if _TWINS.get() is not None or _COMPILED.get() or kind in _ready() or not _compiling():
+    if _TWINS.get() is not None or _COMPILED.get() or kind in _ready(kind) or not _compiling():
         yield
         return
     _WANTED.append(kind)
@@ -210,9 +210,10 @@ def marker() -> Path:
 _KNOWN: set = set()  # kinds read from the marker (kept: a kind once compiled stays so)
 
 
-def _ready() -> set:
-    """The kinds of call whose kernels numba's cache holds, by the marker."""
-    if len(_KNOWN) < len(KINDS):
+def _ready(kind: tuple | None = None) -> set:
+    """The kinds of call whose kernels numba's cache holds, by the marker (read again while `kind`, or one of
+    `KINDS`, is not listed: the background compiler lists a kind outside them too once a call waited for it)."""
+    if len(_KNOWN) < len(KINDS) or (kind is not None and kind not in _KNOWN):
         try:
             _KNOWN.update(tuple(k) for k in json.loads(marker().read_text()))
         except (OSError, ValueError, TypeError):

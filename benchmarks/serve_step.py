@@ -55,11 +55,13 @@ def _timed(cls, name: str) -> None:
     setattr(cls, name, timed)
 
 
-def served(model, tok, ids: np.ndarray, max_new: int, cache, rows: int, drafting: dict, prediction=None) -> tuple:
+def served(model, tok, ids: np.ndarray, max_new: int, cache, rows: int, drafting: dict, prediction=None,
+           whole: bool = False) -> tuple:
     """(seconds, forwards, tokens) of `rows` greedy rows of one prompt through the engine's turns (the forwards:
-    the engine's steps), each drafting from `prediction` (token ids) if given."""
+    the engine's steps), each drafting from `prediction` (token ids) if given; `whole`: answers sent whole (their
+    text decoded at their end), else streamed."""
     engine = Engine(model, cache_implementation=cache, max_model_len=len(ids) + max_new + 64)
-    batch = [Row(ids, max_new, (), Sampling(0.0), Drafting(**drafting), tok, prediction=prediction)
+    batch = [Row(ids, max_new, (), Sampling(0.0), Drafting(**drafting), tok, prediction=prediction, stream=not whole)
              for _ in range(rows)]
     with torch.inference_mode(), _fast(model):
         for row in batch:
@@ -93,6 +95,8 @@ def main() -> None:
     p.add_argument("--prediction", type=int, default=0, metavar="N",
                    help="the served rows draft from a prediction: the answer with every N-th token changed (0: "
                         "none; `generate`, which takes none, runs without)")
+    p.add_argument("--whole", action="store_true", help="the served rows answer whole, as a request without "
+                   "`stream` (their text decoded once, at their end); default: streamed, decoded as they grow")
     args = p.parse_args()
     model, tok, _ = models.load(args.model or models.default_model_path(), device=args.device, dtype=args.dtype)
     ids = np.asarray(tok(TEXT)["input_ids"], dtype=np.int64)
@@ -106,7 +110,7 @@ def main() -> None:
         prediction = np.array([t if (i + 1) % args.prediction else (t + 1) % len(tok) for i, t in enumerate(answer)])
     for r in range(args.rounds + 1):
         for cache in args.caches:
-            for who, run in (("serve engine", functools.partial(served, prediction=prediction)),
+            for who, run in (("serve engine", functools.partial(served, prediction=prediction, whole=args.whole)),
                              ("generate", generated)):
                 FORWARDS.clear()
                 seconds, forwards, out = run(model, tok, ids, args.max_new, cache, args.rows, drafting)

@@ -625,6 +625,39 @@ def test_a_batch_whose_drafts_lost_steps_its_greedy_rows_plainly(reference, monk
     assert [row.out for row in rows] == [greedy_ids(reference, p, 12) for p in ids]
 
 
+def test_a_whole_answer_is_decoded_once_and_sends_no_text_events(reference, monkeypatch):
+    """A row whose answer is sent whole (`stream=False`) sends no "text" events and, without stop strings, decodes its
+    tokens once, at its end; its text is the streamed row's, and with a stop string it is cut at the same place."""
+    from lookahead.serve.engine import Engine
+    from lookahead.serve.row import Drafting, Row, Sampling
+
+    model, tok = reference
+    calls = []
+    decode = type(tok).decode
+    monkeypatch.setattr(type(tok), "decode", lambda self, *a, **k: calls.append(1) or decode(self, *a, **k))
+    ids = np.array(prompt_ids(reference, PROMPTS[0]), dtype=np.int64)
+    word = re.findall(r"[a-z]{4,}", greedy(reference, ids.tolist(), 40))[2]
+    engine = Engine(model, draft_cost=(0.0, 0.05))
+    got = {}
+    try:
+        for stream in (True, False):
+            for stops in ((), (word,)):
+                events = []
+                row = Row(ids, 40, (), Sampling(0.0), Drafting(), tok, stops, emit=events.append, stream=stream)
+                calls.clear()
+                engine.submit(row)
+                with torch.inference_mode():
+                    while not row.done:
+                        engine._turn()
+                got[stream, stops] = row.text.text, row.finish, len(calls), [e[0] for e in events]
+    finally:
+        engine.stop()
+    for stops in ((), (word,)):
+        assert got[True, stops][:2] == got[False, stops][:2]
+        assert got[False, stops][3] == ["done"] and "text" in got[True, stops][3]
+    assert got[False, ()][2] == 1 and got[True, ()][2] > 5 and word not in got[False, (word,)][0]
+
+
 def test_recycling_rows_are_served_and_learn_across_requests(reference):
     """Rows of `"lookup": "recycle"` (chains) and `"suffix+recycle"` (trees), greedy and sampling, joined in one
     batch, draft from M, the engine's `Recycled`, and learn every forward's top-k: the greedy rows give greedy's

@@ -154,7 +154,7 @@ async def _complete(served: Served, request: HTTPRequest, chat: bool):
         s = req.sampling
         sampling = Sampling(s.temperature, s.top_p, None if s.seed is None else (s.seed + j) % 2**63)
         rows.append(Row(prompt, max_new, served.eos, sampling, req.drafting, served.tokenizer, req.stops, prediction,
-                        emit=partial(_post, loop, events, j)))
+                        emit=partial(_post, loop, events, j), stream=req.stream))
     try:
         for row in rows:
             served.engine.submit(row)

@@ -72,14 +72,16 @@ class Row:
         stops: stop strings.
         prediction: [n] int64 token ids of the request's predicted output, or None.
         emit: called from the engine's thread with each event: ("text", str) then ("done", finish_reason).
+        stream: whether the text is sent as it grows; False (a whole answer): no "text" events, and without stop
+            strings no decode before the last step (`text` is then the whole text, decoded once).
     """
 
     def __init__(self, prompt: np.ndarray, max_new: int, eos: tuple, sampling: Sampling, drafting: Drafting,
-                 tokenizer, stops: tuple = (), prediction: np.ndarray | None = None, emit=None):
+                 tokenizer, stops: tuple = (), prediction: np.ndarray | None = None, emit=None, stream: bool = True):
         self.prompt, self.max_new, self.eos = np.asarray(prompt, dtype=np.int64), max_new, frozenset(eos)
         self.sampling, self.drafting, self.prediction = sampling, drafting, prediction
         self.text = TextOut(tokenizer, stops)
-        self.emit = emit or (lambda event: None)
+        self.emit, self.stream = emit or (lambda event: None), stream
         self.out: list = []
         self.stats = RowStats()
         self.predicted = 0 if prediction is not None and len(prediction) else None  # where the prediction goes on
@@ -261,11 +263,12 @@ class Row:
             self._score_shadow()
         if self.first_token is None:
             self.first_token = time.perf_counter()
-        new = self.text.update(self.out, final=self.done)
-        if self.text.stopped:
-            self.finish = "stop"
-        if new:
-            self.emit(("text", new))
+        if self.stream or self.text.stops or self.done:  # a whole answer's text waits for its end, unless a stop
+            new = self.text.update(self.out, final=self.done)  # string may end it first
+            if self.text.stopped:
+                self.finish = "stop"
+            if new and self.stream:
+                self.emit(("text", new))
         if self.done:
             self.close(self.finish)
         return self.done

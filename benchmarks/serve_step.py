@@ -90,7 +90,8 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=5, help="timed rounds after a warm-up round (default 5)")
     p.add_argument("--rows", type=int, default=1, help="greedy rows of the same prompt in one batch (default 1)")
     p.add_argument("--lookup", default="ngram", choices=("ngram", "suffix", "recycle", "suffix+recycle"))
-    p.add_argument("--draft", default="chain", choices=("chain", "tree"), help="tree: with --lookup suffix or a recycling one")
+    p.add_argument("--draft", default="chain", choices=("chain", "tree"),
+                   help="tree: with --lookup suffix or a recycling one")
     p.add_argument("--caches", nargs="+", choices=("dynamic", "static"), default=["dynamic", "static"])
     p.add_argument("--prediction", type=int, default=0, metavar="N",
                    help="the served rows draft from a prediction: the answer with every N-th token changed (0: "

@@ -271,12 +271,24 @@ def test_the_batch_cut_chooses_the_width_batch_width_chooses():
                             widest) == widest and (same == sizes).all()
 
 
+def _random_suffix_indexes(rng, r: int, max_nodes: int) -> list:
+    """r `SuffixIndex`es over random texts of 1-119 tokens from 5 ids, their scratch sized for `max_nodes`."""
+    from lookahead.index import SuffixIndex
+
+    indexes = []
+    for _ in range(r):
+        ix = SuffixIndex()
+        ix.extend(rng.integers(0, 5, int(rng.integers(1, 120))))
+        ix._buffers(max_nodes)
+        indexes.append(ix)
+    return indexes
+
+
 def test_tree_draft_kernel_keeps_what_tree_sizing_keeps():
     """The tree draft kernel's packed trees against TreeSizing.draft's for random calibrations, texts and rooms."""
     from numba import typed
 
     from lookahead.decode import _fused_kernels as K
-    from lookahead.index import SuffixIndex
     from lookahead.decode.policy import _BUCKETS
     from lookahead.decode.sizing import TreeSizing
     from lookahead.verify.tree import pack_trees
@@ -287,12 +299,7 @@ def test_tree_draft_kernel_keeps_what_tree_sizing_keeps():
         sizing = TreeSizing(max_nodes, 15, (0.0, 0.02) if trial % 2 else (0.8, 0.08))
         sizing.calibration.accepted[:] = rng.uniform(0, 5, len(sizing.calibration.EDGES))
         sizing.calibration.seen[:] = sizing.calibration.accepted + rng.uniform(0, 5, len(sizing.calibration.EDGES))
-        indexes = []
-        for _ in range(r):
-            ix = SuffixIndex()
-            ix.extend(rng.integers(0, 5, int(rng.integers(1, 120))))
-            ix._buffers(max_nodes)
-            indexes.append(ix)
+        indexes = _random_suffix_indexes(rng, r, max_nodes)
         lens = rng.integers(0, max_new, r)
         padded = (lambda n: 0) if trial % 5 == 0 else (lambda n: next(w for w in (1, 2, 4, 8, 16, 32, 64) if w > n) - 1)
         expected = sizing.draft(indexes, max_new - 1 - lens, padded)
@@ -320,7 +327,6 @@ def test_tree_draft_kernel_sizes_each_row_by_its_own_calibration():
     from lookahead.decode import _fused_kernels as K
     from lookahead.decode.policy import _BUCKETS
     from lookahead.decode.sizing import StackedTrees, TreeSizing
-    from lookahead.index import SuffixIndex
 
     rng = np.random.default_rng(2)
     for trial in range(40):
@@ -333,12 +339,7 @@ def test_tree_draft_kernel_sizes_each_row_by_its_own_calibration():
         for row in rows:
             row.length.accepted[:] = rng.uniform(0, 9, len(_BUCKETS))
             row.calibration.accepted[:] *= rng.uniform(0, 1, len(row.calibration.EDGES))
-        indexes = []
-        for _ in range(r):
-            ix = SuffixIndex()
-            ix.extend(rng.integers(0, 5, int(rng.integers(1, 120))))
-            ix._buffers(max_nodes)
-            indexes.append(ix)
+        indexes = _random_suffix_indexes(rng, r, max_nodes)
         lens = rng.integers(0, max_new, r)
         expected = [row.draft([ix], np.array([max_new - 1 - n]))[0] for row, ix, n in zip(rows, indexes, lens)]
         tokens, parents, probs = np.full((r, max_nodes), 7), np.full((r, max_nodes), 7), np.full((r, max_nodes), 7.0)

@@ -524,6 +524,19 @@ def test_static_rows_leave_and_join_while_the_batch_moves(reference):
     assert 4 in sizes and 16 in sizes and any(b < a for a, b in zip(sizes, sizes[1:]))  # grown, and shrunk later
 
 
+def _turned(engine, rows: list) -> list:
+    """Submit `rows` to `engine` and turn its loop in this thread until every one is done, then stop it; the rows."""
+    for row in rows:
+        engine.submit(row)
+    try:
+        with torch.inference_mode():
+            while not all(row.done for row in rows):
+                engine._turn()
+    finally:
+        engine.stop()
+    return rows
+
+
 def greedy_ids(reference, prompt: np.ndarray, max_new: int) -> list:
     """The new token ids of `model.generate(do_sample=False)` after `prompt`."""
     with torch.inference_mode():
@@ -752,14 +765,7 @@ def test_a_lone_greedy_row_takes_generates_fused_step(reference, monkeypatch, lo
     engine = Engine(model, draft_cost=(0.0, 0.05))
     prompt = np.array(prompt_ids(reference, PROMPTS[0]) * 2, dtype=np.int64)  # repeats: something to copy
     drafting = Drafting(lookup="suffix", draft="tree") if lookup == "tree" else Drafting(lookup=lookup)
-    row = Row(prompt, 24, (), Sampling(0.0), drafting, tok)
-    engine.submit(row)
-    try:
-        with torch.inference_mode():
-            while not row.done:
-                engine._turn()
-    finally:
-        engine.stop()
+    row, = _turned(engine, [Row(prompt, 24, (), Sampling(0.0), drafting, tok)])
     assert row.out == greedy_ids(reference, prompt, 24)
     assert len(steps) == row.stats.forward_passes - 1 and row.stats.draft_tokens > 0  # every step but the prefill
     assert [len(kernel.signatures) for kernel in kernels] == warm
@@ -785,15 +791,8 @@ def test_a_lone_row_with_a_prediction_takes_the_fused_step_as_the_engines_path_d
     for path in ("fused", "engine"):
         if path == "engine":
             monkeypatch.setattr(Engine, "_fused_for", lambda self, batch, most: None)
-        engine = Engine(model, draft_cost=(0.0, 0.05))
-        row = Row(prompt, 60, (), Sampling(0.0), Drafting(), tok, prediction=prediction.copy())
-        engine.submit(row)
-        try:
-            with torch.inference_mode():
-                while not row.done:
-                    engine._turn()
-        finally:
-            engine.stop()
+        row, = _turned(Engine(model, draft_cost=(0.0, 0.05)),
+                       [Row(prompt, 60, (), Sampling(0.0), Drafting(), tok, prediction=prediction.copy())])
         assert row.out == want
         c = row.stats
         counts.append((c.forward_passes, c.draft_tokens, c.accepted_tokens, c.prediction_accepted,

@@ -6,8 +6,8 @@ was a sixth of a batch-1 step's host time. Each bucket's best length is cached i
 recomputed only when a step taught its bucket something (`version` moved past the table's `seen`).
 
 Every per-bucket array (accepted, rejected, version, table, seen: [P, buckets], one policy or one per row; the
-calibration's accepted and seen, [P, bins] the same way) is as long as its edges, and a bucket index is < len(edges) (`bucket`): the policy
-objects allocate them from the same edges.
+calibration's accepted and seen, [P, bins] the same way) is as long as its edges, and a bucket index is < len(edges)
+(`bucket`): the policy objects allocate them from the same edges.
 """
 
 import numpy as np

@@ -10,11 +10,11 @@ drop cancelled rows, then one step for all rows of a batch:
     or speculative sampling with the row's temperature, top-p and generator) -> commit (the cache keeps each row's
     accepted path) -> advance (append, stream, stop) -> drop finished rows.
 
-A batch whose rows are all greedy chains from n-gram or suffix indexes, or all greedy trees from suffix indexes,
-without a prediction (but a lone chain row's) and with one set of eos ids, takes `generate`'s fused step instead (`fused.for_rows`: after the
-forward, one kernel call accepts, teaches each row's policy (and calibration), stops, extends the indexes and drafts
-the next step, chains cut to the same batch width, trees sized for the batch's step); its rows then advance as any
-row does.
+A batch whose rows are all greedy chains from n-gram or suffix indexes, or all greedy trees from suffix indexes, without
+a prediction (but a lone chain row's) and with one set of eos ids, takes `generate`'s fused step instead
+(`fused.for_rows`: after the forward, one kernel call accepts, teaches each row's policy (and calibration), stops,
+extends the indexes and drafts the next step, chains cut to the same batch width, trees sized for the batch's step); its
+rows then advance as any row does.
 
 Rows of a recycling lookup (``"recycle"``, ``"suffix+recycle"``) draft from M, the target's own top-k predictions
 after each token (`recycled`: the memory's, or the engine's, shared by every such row and kept across requests), and
@@ -387,14 +387,12 @@ class Engine:
         `PREDICTION_TOKENS` or what its policy asks, whatever the cost curve says of short guesses), written over the
         draft the kernel made from the index, as the engine's own path drafts them (`Row.draft`)."""
         row, s = fused.rows[0], fused.state
-        if row.done or row.predicted is None:
-            return
-        n, from_prediction = row._reach(row.budget(1), 0)
-        if not from_prediction:
-            return
         d = s["now"]  # the next step's drafts: `s["batch"]` is their view
-        n = min(n, d.tokens.shape[1])
-        d.tokens[0, :n] = row.prediction[row.predicted:row.predicted + n]
+        tokens = None if row.done else row.predicted_draft(d.tokens.shape[1])
+        if tokens is None:
+            return
+        n = len(tokens)
+        d.tokens[0, :n] = tokens
         d.sizes[0], d.matches[0] = n, max(row.index.match_length, 1)
         s["batch"] = fused.fused._batch(d, n)
 

@@ -149,6 +149,14 @@ class Row:
         return Draft.chain(self.index.propose(n), self.index.match_length) if n > 0 else \
             Draft.empty(self.index.match_length)
 
+    def predicted_draft(self, most: int) -> np.ndarray | None:
+        """The prediction's next tokens the row verifies while its answer follows it (as `draft` takes them, at most
+        `most`), or None where it does not (no prediction, or the answer left it)."""
+        if self.predicted is None or self.index is None:
+            return None
+        n, prediction = self._reach(self.budget(1), 0)
+        return self.prediction[self.predicted:self.predicted + min(n, most)] if prediction else None
+
     @property
     def room(self) -> int:
         """Draft tokens the row can still use: its new tokens left, less the one every step gains."""

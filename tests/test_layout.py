@@ -13,7 +13,7 @@ ALLOWED = {
     "decode": {"_checks", "runtime", "index", "verify", "model"},
     "_validate": {"_checks", "model"},
     "generate": {"_checks", "runtime", "_validate", "index", "verify", "model", "decode"},
-    "warm": {"runtime", "generate", "models", "serve", "decode"},
+    "warm": {"_checks", "runtime", "generate", "models", "serve", "decode"},
     "plugin": {"generate", "decode"},
     "demo": {"generate", "models", "runtime"},
     "job": {"_checks", "_lazy", "arguments", "generate", "index", "models", "runtime"},

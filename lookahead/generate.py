@@ -20,15 +20,15 @@ import torch
 
 from . import _validate as V
 from .runtime.jit import kind_of, tier
-from .decode.calibrate import budget, draft_cost
+from .decode.calibrate import draft_cost, free_widths
 from .decode.fallback import one_row_at_a_time, plain_generate
 from .decode.loop import Rows, assemble, make_run, run_loop, token_ids
 from .decode.policy import CostCurve
 from .decode.processing import max_new_tokens as _max_new
+from .decode.recycling import table_for
 from .decode.settings import (OPTIONS, GenerationStats, Settings, check_supported, eos_override, hf_kwargs,
                               make_settings, refuse_assistant, with_stop_strings)
 from .index.build import RECYCLING, row_indexes
-from .index.recycle import Recycled
 from .model import make_target
 from .model.attention import packed_attention
 from .model.facts import ModelFacts
@@ -249,7 +249,7 @@ def _decode(model, input_ids, logits_processor, stopping_criteria, generation_co
     target = make_target(model, facts, input_ids, inputs_tensor, model_kwargs, max_new, generation_config,
                          settings.widest())
     cost = draft_cost(model, facts, settings, bool(generation_config.do_sample))
-    settings = settings.resolved(_widths(target, cost), target.most)  # unset budgets fill what costs no more
+    settings = settings.resolved(free_widths(target, cost), target.most)  # unset budgets fill what costs no more
     if isinstance(cost, CostCurve) and input_ids.shape[0] == 1 and hasattr(target, "pad_to"):
         target.pad_to(cost.pads_within(settings.widest()))  # to the widths that cost least (measured at batch 1)
     recycled = _recycled(model, facts, settings)
@@ -281,20 +281,9 @@ def _decode(model, input_ids, logits_processor, stopping_criteria, generation_co
                                model_kwargs.get("encoder_outputs"))
 
 
-def _widths(target, cost):
-    """n -> the most drafts a step verifying n may hold at no extra cost: a static step's padded width (its widths
-    are fixed when it is built), else a wider draft that a measured cost curve says costs no more
-    (`calibrate.budget`)."""
-    if target.most is not None:
-        return target.padded
-    return lambda n: max(target.padded(n), budget(cost, n))
-
-
 def _recycled(model, facts: ModelFacts, settings: Settings):
     """A recycling call's predictions after each token: the memory's, kept for this model and vocabulary across
     calls, or new ones for this call; None for other lookups (or when nothing is drafted)."""
     if settings.lookup not in RECYCLING or settings.num_draft_tokens == 0:
         return None
-    if settings.memory is None:
-        return Recycled(facts.vocab)
-    return settings.memory.recycled(facts.vocab, getattr(model.config, "_name_or_path", "") or facts.name)
+    return table_for(model, facts, settings.memory)

@@ -214,6 +214,15 @@ def budget(cost, n: int) -> int:
     return max(wider, default=n)
 
 
+def free_widths(target, cost):
+    """n -> the most drafts (tokens or tree nodes) a step verifying n may hold at no extra cost: a static step's
+    padded width (its widths are fixed when it is built), else the target's padded width or a wider draft that a
+    measured cost curve says costs no more (`budget`). `generate` and the server's engine size their drafts by it."""
+    if target.most is not None:
+        return target.padded
+    return lambda n: max(target.padded(n), budget(cost, n))
+
+
 def default_cost(facts: ModelFacts, sampling: bool = False):
     """The default cost model: "auto" for a greedy call of a decoder-only model on a CPU, else (0.8, 0.08) on a CPU
     (sampling, encoder-decoders), and (0, 0.02) on an accelerator at small batch (nearly free).

@@ -7,7 +7,16 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..index.recycle import Recycled
 from ..verify.batch import DraftBatch
+
+
+def table_for(model, facts, memory) -> Recycled:
+    """M for a model's recycling rows: the memory's, kept for this model (by name) and vocabulary across calls and
+    requests (`Memory.recycled`), or a new one where there is no memory (`generate`'s call, the server's engine)."""
+    if memory is None:
+        return Recycled(facts.vocab)
+    return memory.recycled(facts.vocab, getattr(model.config, "_name_or_path", "") or facts.name)
 
 
 def top_k(logits: torch.Tensor, k: int) -> tuple:

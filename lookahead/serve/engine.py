@@ -42,11 +42,11 @@ import numpy as np
 import torch
 
 from ..runtime.jit import SERVED, setting, tier
-from ..decode.calibrate import budget, draft_cost
+from ..decode.calibrate import budget, draft_cost, free_widths
 from ..decode.engine import Batch
 from ..decode.fused import for_rows
 from ..decode.policy import CostCurve, StepTimes, batch_width
-from ..decode.recycling import top_k
+from ..decode.recycling import table_for, top_k
 from ..decode.settings import DRAFT_TOKENS, GenerationStats, make_settings
 from ..index.build import RECYCLING
 from ..index.recycle import Recycled
@@ -139,7 +139,6 @@ class Engine:
         self.peak = 0  # most rows a step has verified together
         self._fused = None  # the fused step of a batch of greedy rows (`_Fused`), or None
         self._recycled = None  # M of the recycling rows (`recycled`), made at the first one
-        self._top = None  # the step's top-k after every column, where a row recycles (`_accept`)
         self._stop = threading.Event()
         context = contextvars.copy_context()  # the loop runs in its creator's context (the kernels' tier: `_jit`)
         self._thread = threading.Thread(target=context.run, args=(self._run,), name="lookahead-engine", daemon=True)
@@ -310,7 +309,7 @@ class Engine:
         width = self._width(rows, budgets, fill, drafting) if b > 1 else None
         if width is not None:
             fill = width
-        padded = target.padded if most is not None else self._padded(target)  # what a greedy tree keeps
+        padded = free_widths(target, self.chain_cost)  # what a greedy tree keeps, as `generate` sizes its trees
         drafts = [row.draft(n, fill, width if row.sampling.greedy else None, padded) for row, n in zip(rows, budgets)]
         if most is not None:
             drafts = [d.head(most) if len(d) > most else d for d in drafts]
@@ -320,13 +319,13 @@ class Engine:
                     row.watch()
         drafted = DraftBatch.pack(drafts, all(row.chain for row in rows))
         # the forward, the acceptance, the commit
-        _, verdict = batch.step(drafted, lambda d, logits: self._accept(rows, d, logits), self.stats)
-        if self._top is not None:  # recycling rows learn the step's predictions before their indexes take its tokens
-            ids, probs = (np.ascontiguousarray(t.numpy()) for t in self._top)
+        top = [] if any(row.recycles for row in rows) else None  # the step's top-k after every column, if wanted
+        _, verdict = batch.step(drafted, lambda d, logits: self._accept(rows, d, logits, top), self.stats)
+        if top:  # recycling rows learn the step's predictions before their indexes take its tokens
+            ids, probs = (np.ascontiguousarray(t.numpy()) for t in top[0])
             for i, row in enumerate(rows):
                 if row.recycles:
                     row.index.observe(drafted.tokens[i], drafted.parents[i], int(drafted.sizes[i]), ids[i], probs[i])
-            self._top = None
         gained = verdict.gained(drafted)
         if self.metrics is not None:
             self.metrics.forwards.inc()
@@ -338,11 +337,6 @@ class Engine:
         if timed:
             self.times.record(b, drafted.width, time.perf_counter() - start, b + int(verdict.counts.sum()))
         self._drop(batch, done)
-
-    def _padded(self, target):
-        """n -> the most tree nodes a step verifying n may hold at no extra cost, as `generate` sizes trees: the
-        width the target pads to, or a wider one its measured cost curve says costs no more (`calibrate.budget`)."""
-        return lambda n: max(target.padded(n), budget(self.chain_cost, n))
 
     def _fused_for(self, batch: Batch, most):
         """The fused step of a batch whose rows are all greedy chains from n-gram or suffix indexes, or all greedy
@@ -460,9 +454,7 @@ class Engine:
         ``"suffix+recycle"``) draft from and learn from at every forward, shared by them and kept across requests:
         the memory's (`Memory.recycled`), or the engine's own, made at the first such row."""
         if self._recycled is None:
-            name = getattr(self.model.config, "_name_or_path", "") or self.facts.name
-            self._recycled = Recycled(self.facts.vocab) if self.memory is None else \
-                self.memory.recycled(self.facts.vocab, name)
+            self._recycled = table_for(self.model, self.facts, self.memory)
         return self._recycled
 
     def _told(self, rows: int, paying: bool, drafted: float, plain: float) -> None:
@@ -480,11 +472,12 @@ class Engine:
         if self.metrics is not None:
             self.metrics.drafting.labels(str(rows)).set(int(paying))
 
-    def _accept(self, rows: list, batch: DraftBatch, logits: torch.Tensor) -> Verdict:
+    def _accept(self, rows: list, batch: DraftBatch, logits: torch.Tensor, top: list | None = None) -> Verdict:
         """Each row's accepted path and next token (`rules.by_row`): greedy rows together, sampling rows each with
-        its own rule and generator; where a row recycles, the top-k after every column first (`_top`)."""
-        if any(row.recycles for row in rows):
-            self._top = top_k(logits, self._recycled.k)
+        its own rule and generator; with a list `top`, the top-k after every column first, into it (for the rows
+        that recycle: `recycling.top_k`)."""
+        if top is not None:
+            top.append(top_k(logits, self._recycled.k))
         greedy = np.array([i for i, row in enumerate(rows) if row.sampling.greedy], dtype=np.int64)
         return by_row(batch, logits, greedy, lambda i: rows[i].pick(logits[i], batch.drafts[i]))
 

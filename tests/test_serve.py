@@ -819,11 +819,11 @@ def test_a_lone_row_on_the_fused_step_goes_on_exactly_around_a_row_that_joins_an
             engine.submit(rows[0])
             for _ in range(3):
                 engine._turn()
-                fused.append(len(engine._fused.rows) if engine._fused is not None else 0)
+                fused.append(sum(len(f.rows) for f in engine._fused.values()))
             engine.submit(rows[1])
             while not rows[0].done:
                 engine._turn()
-                fused.append(len(engine._fused.rows) if engine._fused is not None else 0)
+                fused.append(sum(len(f.rows) for f in engine._fused.values()))
     finally:
         engine.stop()
     assert [row.out for row in rows] == [greedy_ids(reference, long, 40), greedy_ids(reference, short, 6)]
@@ -934,22 +934,25 @@ ROWS_APART = {"mpt": None, "inkling_text": None,  # compressed windows that clos
 
 
 @pytest.mark.parametrize("name", sorted(ROWS_APART))
-def test_rows_that_cannot_share_a_cache_are_served_each_in_a_batch_of_its_own(name):
+def test_rows_that_cannot_share_a_cache_are_served_each_in_a_batch_of_its_own(name, monkeypatch):
     """MPT's ALiBi biases from cache slots, DeepSeek-V4's compressed attention and Inkling's recurrent layers windowed
     by slot (rows that cannot share one cache: `facts.rows_apart`): three requests arriving a step apart, each drafting
-    from a prediction wrong at every fifth token, run side by side, each in a batch of its own, and decode to
-    model.generate's tokens. The static cache asked for by name is refused; a tree, where the layers take none, is a
-    400 naming lookahead.draft."""
+    from a prediction wrong at every fifth token, run side by side, each in a batch of its own stepped by the fused
+    step (as `generate` runs each row alone), and decode to model.generate's tokens. The static cache asked for by
+    name is refused; a tree, where the layers take none, is a 400 naming lookahead.draft."""
     from fastapi.testclient import TestClient
 
     from lookahead.serve.app import Served, make_app
     from lookahead.serve.engine import Engine
     from lookahead.serve.metrics import Metrics
 
-    engines = []
+    engines, fused = [], []
+    step = Engine._step_fused
+    monkeypatch.setattr(Engine, "_step_fused", lambda self, f, *a: fused.append(id(f.batch)) or step(self, f, *a))
     # the tiny MPT answers in long runs of one token, where a prediction's place is ambiguous (as Bloom's)
     model = served_family(name, least=6 if name == "mpt" else None, extra=ROWS_APART[name], engine=engines)
     assert engines[0].apart is not None and engines[0].peak == 1  # no forward verified two rows
+    assert len(set(fused)) == 3 and len(fused) >= 3 * 3  # each row's batch took fused steps
     with pytest.raises(ValueError, match=r"cache_implementation='static': lookahead serve runs each row of \w+ in a "
                                          r"dynamic cache of its own"):
         Engine(model, draft_cost=0, cache_implementation="static")

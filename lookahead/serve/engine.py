@@ -137,7 +137,7 @@ class Engine:
         self.stats = GenerationStats()  # forwards, for the metrics
         self.freed = 0  # cancelled rows dropped from the batch (or never prefilled)
         self.peak = 0  # most rows a step has verified together
-        self._fused = None  # the fused step of a batch of greedy rows (`_Fused`), or None
+        self._fused: dict = {}  # id(batch) -> the fused step of that batch of greedy rows (`_Fused`)
         self._recycled = None  # M of the recycling rows (`recycled`), made at the first one
         self._stop = threading.Event()
         context = contextvars.copy_context()  # the loop runs in its creator's context (the kernels' tier: `_jit`)
@@ -342,16 +342,16 @@ class Engine:
         """The fused step of a batch whose rows are all greedy chains from n-gram or suffix indexes, or all greedy
         trees from suffix indexes, with no prediction (but a lone chain row's: `_predicted`) and one set of eos ids
         (`_Fused`), kept across steps while the same rows run (made anew after any row joined or left: the batch's
-        arrays are new then); None for any other batch (its rows draft as the engine's rows do)."""
+        arrays are new then; each batch its own: rows that run apart step alone); None for any other batch (its rows
+        draft as the engine's rows do)."""
         rows = batch.rows
-        kept = self._fused
+        kept = self._fused.pop(id(batch), None)
         if kept is not None and kept.batch is batch and batch.settled and kept.rows == rows:
+            self._fused[id(batch)] = kept  # each batch its own (rows that run apart: one a row)
             return kept
-        self._fused = None
         first = rows[0]
         predicting = first.prediction is not None and len(first.prediction) > 0  # a lone chain row's prediction
-        if self.apart is not None or any(
-                not row.sampling.greedy or (row.tree is None) != (first.tree is None) or row.index is None
+        if any(not row.sampling.greedy or (row.tree is None) != (first.tree is None) or row.index is None
                 or row.eos != first.eos
                 or (row.prediction is not None and len(row.prediction) and (len(rows) > 1 or row.tree is not None))
                 or (most is not None and most < (row.length.max_tokens if row.tree is None else row.tree.max_nodes))
@@ -367,7 +367,7 @@ class Engine:
                         self.stats, widths, trees, reach)
         if step is None:
             return None
-        fused = self._fused = _Fused(batch, step, widths)
+        fused = self._fused[id(batch)] = _Fused(batch, step, widths)
         fused.predicting = predicting
         self._widths(fused)
         fused.state = step.start(fused, [top - row.max_new + len(row.out) for row in rows])  # its first draft
@@ -411,7 +411,7 @@ class Engine:
         if predicting and not done[0]:
             self._predicted(fused)
         if any(done):
-            self._fused = None
+            self._fused.pop(id(fused.batch), None)
         elif fused.widths is not None:  # a row the batch's width left out of the next step learns from the tokens
             for row, size in zip(rows, s["batch"].sizes.tolist()):  # that come, as on the engine's path
                 if not size:
@@ -497,6 +497,7 @@ class Engine:
     def _release(self, batch: Batch | None = None) -> None:
         """A batch is over (None: every batch): no rows, no target (whose hooks leave the model)."""
         for over in [batch] if batch is not None else list(self.batches):
+            self._fused.pop(id(over), None)
             over.target.close()
             self.batches.remove(over)
 

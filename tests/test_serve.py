@@ -603,11 +603,11 @@ def test_a_full_batch_of_weak_bets_verifies_no_drafts_and_a_strong_one_pays_for_
     assert len(weak[0].draft(budgets[0], width, width)) <= width
 
 
-@pytest.mark.parametrize("fused", [True, False])
-def test_a_batch_whose_drafts_lost_steps_its_greedy_rows_plainly(reference, monkeypatch, fused):
+@pytest.mark.parametrize("path", ["fused", "fused with predictions", "engine"])
+def test_a_batch_whose_drafts_lost_steps_its_greedy_rows_plainly(reference, monkeypatch, path):
     """Where steps with drafts gave fewer tokens per second than plain ones at a batch size (`StepTimes.drafts`),
-    the batch's greedy rows verify no drafts: on the fused step (greedy chains alone) its kernel finds no width
-    worth a draft; on the engine's own (here: rows with a prediction, wrong everywhere) they ask their policies for
+    the batch's greedy rows verify no drafts: on the fused step its kernel finds no width worth a draft (with
+    predictions, wrong everywhere, `Engine._predicted` finds none); on the engine's own they ask their policies for
     none (at 64 rows that work cost 1-2 ms a step). Their policies still learn from the drafts they would have
     verified (`Row.watch`), and they gain greedy's tokens."""
     from lookahead.serve.engine import Engine
@@ -621,8 +621,10 @@ def test_a_batch_whose_drafts_lost_steps_its_greedy_rows_plainly(reference, monk
     budget, step = Row.budget, Engine._step_fused
     monkeypatch.setattr(Row, "budget", lambda row, b: asked.append(b) or budget(row, b))
     monkeypatch.setattr(Engine, "_step_fused", lambda self, f, *a: kinds.append(len(f.rows)) or step(self, f, *a))
+    if path == "engine":
+        monkeypatch.setattr(Engine, "_fused_for", lambda self, batch, most: None)
     ids = [np.array(prompt_ids(reference, text) * 2, dtype=np.int64) for text in PROMPTS[:3]]  # repeats: matches
-    wrong = None if fused else np.full(40, tok.eos_token_id or 0, dtype=np.int64)
+    wrong = None if path == "fused" else np.full(40, tok.eos_token_id or 0, dtype=np.int64)
     rows = [Row(p, 12, (), Sampling(0.0), Drafting(), tok, prediction=wrong) for p in ids]
     for row in rows:
         engine.submit(row)
@@ -632,8 +634,9 @@ def test_a_batch_whose_drafts_lost_steps_its_greedy_rows_plainly(reference, monk
                 engine._turn()  # the three rows join before the first step
     finally:
         engine.stop()
-    assert engine.peak == 3 and not asked and all(row.stats.draft_tokens == 0 for row in rows)
-    assert (3 in kinds) == fused and (bool(kinds) == fused)
+    assert engine.peak == 3 and all(row.stats.draft_tokens == 0 for row in rows)
+    assert (3 in kinds) == (path != "engine") and (bool(kinds) == (path != "engine"))
+    assert path == "fused with predictions" or not asked  # (a prediction's row asks the reach of its guess)
     assert any(row.length.version.sum() > 0 for row in rows)  # a watched draft scored
     assert [row.out for row in rows] == [greedy_ids(reference, p, 12) for p in ids]
 
@@ -800,6 +803,40 @@ def test_a_lone_row_with_a_prediction_takes_the_fused_step_as_the_engines_path_d
         if path == "fused":
             assert len(steps) == c.forward_passes - 1  # every step but the prefill
     assert counts[0] == counts[1] and counts[0][3] > 0 and (counts[0][4] > 0) == bool(wrong)
+
+
+def test_rows_with_predictions_take_the_fused_step_together(reference, monkeypatch):
+    """A batch of greedy chain rows, two with a prediction (one the answer, one with every fifth token changed) and
+    one without, is stepped by the fused step together, the predictions written over the kernel's drafts and the
+    batch cut to the width that pays as the engine's own path cuts it (`Engine._predicted`): greedy's tokens, the
+    predictions' tokens accepted (and the changed ones rejected), and with one cost the engine's own path's
+    forwards, draft tokens and prediction counts, row by row."""
+    from lookahead.decode import fused
+    from lookahead.serve.engine import Engine
+    from lookahead.serve.row import Drafting, Row, Sampling
+
+    model, tok = reference
+    prompts = [np.array(prompt_ids(reference, text) * 2, dtype=np.int64) for text in PROMPTS[:3]]
+    wants = [greedy_ids(reference, p, n) for p, n in zip(prompts, (40, 30, 36))]
+    predictions = [np.array(wants[0]), np.array([t if (i + 1) % 5 else (t + 1) % 64 for i, t in enumerate(wants[1])]),
+                   None]
+    steps, step = [], fused.FusedChains.step
+    monkeypatch.setattr(fused.FusedChains, "step", lambda self, rows, s: steps.append(len(rows.indexes))
+                        or step(self, rows, s))
+    counts = []
+    for path in ("fused", "engine"):
+        if path == "engine":
+            monkeypatch.setattr(Engine, "_fused_for", lambda self, batch, most: None)
+        rows = _turned(Engine(model, draft_cost=(0.0, 0.05)),
+                       [Row(p, len(w), (), Sampling(0.0), Drafting(), tok, prediction=None if q is None else q.copy())
+                        for p, w, q in zip(prompts, wants, predictions)])
+        assert [row.out for row in rows] == wants
+        counts.append([(row.stats.forward_passes, row.stats.draft_tokens, row.stats.prediction_accepted,
+                        row.stats.prediction_rejected) for row in rows])
+    assert steps.count(3) > 3  # the three rows stepped together
+    exact, changed, plain = counts[0]
+    assert exact[2] > 0 and exact[3] == 0 and changed[2] > 0 and changed[3] > 0 and plain[2:] == (0, 0)
+    assert counts[0] == counts[1]
 
 
 def test_a_lone_row_on_the_fused_step_goes_on_exactly_around_a_row_that_joins_and_leaves(reference):

@@ -10,11 +10,11 @@ drop cancelled rows, then one step for all rows of a batch:
     or speculative sampling with the row's temperature, top-p and generator) -> commit (the cache keeps each row's
     accepted path) -> advance (append, stream, stop) -> drop finished rows.
 
-A batch whose rows are all greedy chains from n-gram or suffix indexes, or all greedy trees from suffix indexes, without
-a prediction (but a lone chain row's) and with one set of eos ids, takes `generate`'s fused step instead
-(`fused.for_rows`: after the forward, one kernel call accepts, teaches each row's policy (and calibration), stops,
-extends the indexes and drafts the next step, chains cut to the same batch width, trees sized for the batch's step); its
-rows then advance as any row does.
+A batch whose rows are all greedy chains from n-gram or suffix indexes (with or without a prediction), or all greedy
+trees from suffix indexes (without), with one set of eos ids, takes `generate`'s fused step instead (`fused.for_rows`:
+after the forward, one kernel call accepts, teaches each row's policy (and calibration), stops, extends the indexes
+and drafts the next step, chains cut to the same batch width, trees sized for the batch's step; a prediction's next
+tokens are written over its row's draft, `_predicted`); its rows then advance as any row does.
 
 Rows of a recycling lookup (``"recycle"``, ``"suffix+recycle"``) draft from M, the target's own top-k predictions
 after each token (`recycled`: the memory's, or the engine's, shared by every such row and kept across requests), and
@@ -26,7 +26,8 @@ sees its own slots only and its positions are its own. The acceptance rules are 
 
 The rows run in one batch over one cache, except on a model whose rows cannot share one (`facts.rows_apart`:
 DeepSeek-V4's compressed attention, MPT's ALiBi from slots, Inkling's windowed recurrent layers): there each row is a
-batch of its own, stepped one after another in the same turn, as `generate` runs such a batch's rows.
+batch of its own (with a fused step of its own), stepped one after another in the same turn, as `generate` runs such a
+batch's rows.
 """
 from __future__ import annotations
 
@@ -340,7 +341,7 @@ class Engine:
 
     def _fused_for(self, batch: Batch, most):
         """The fused step of a batch whose rows are all greedy chains from n-gram or suffix indexes, or all greedy
-        trees from suffix indexes, with no prediction (but a lone chain row's: `_predicted`) and one set of eos ids
+        trees from suffix indexes, chains with or without a prediction (`_predicted`), and one set of eos ids
         (`_Fused`), kept across steps while the same rows run (made anew after any row joined or left: the batch's
         arrays are new then; each batch its own: rows that run apart step alone); None for any other batch (its rows
         draft as the engine's rows do)."""
@@ -350,10 +351,9 @@ class Engine:
             self._fused[id(batch)] = kept  # each batch its own (rows that run apart: one a row)
             return kept
         first = rows[0]
-        predicting = first.prediction is not None and len(first.prediction) > 0  # a lone chain row's prediction
+        predicting = [k for k, row in enumerate(rows) if row.prediction is not None and len(row.prediction)]
         if any(not row.sampling.greedy or (row.tree is None) != (first.tree is None) or row.index is None
-                or row.eos != first.eos
-                or (row.prediction is not None and len(row.prediction) and (len(rows) > 1 or row.tree is not None))
+                or row.eos != first.eos or (row.tree is not None and predicting)
                 or (most is not None and most < (row.length.max_tokens if row.tree is None else row.tree.max_nodes))
                 for row in rows):
             return None
@@ -361,7 +361,9 @@ class Engine:
         # where its room ends at that width (the kernels stop a row at lens == max_new)
         top = max(row.max_new for row in rows)
         trees = None if first.tree is None else [row.tree for row in rows]
-        widths = np.empty(first.length.max_tokens + 1) if len(rows) > 1 and trees is None else None
+        # the kernel cuts a batch of chains to the width that pays (`_widths`); with predictions, `_predicted` does
+        widths = np.empty(first.length.max_tokens + 1) if len(rows) > 1 and trees is None and not predicting \
+            else None
         reach = min(max(first.length.max_tokens, PREDICTION_TOKENS), most or PREDICTION_TOKENS) if predicting else 0
         step = for_rows(batch.target, [row.index for row in rows], [row.length for row in rows], first.eos, top,
                         self.stats, widths, trees, reach)
@@ -376,19 +378,37 @@ class Engine:
         return fused
 
     def _predicted(self, fused: "_Fused") -> None:
-        """A lone row with a prediction on the fused step: while its answer follows the prediction, its next step
-        verifies the prediction's next tokens (`Row._reach`: as many as it holds, up to the row's room and
+        """Rows with a prediction on the fused step: while a row's answer follows its prediction, its next step
+        verifies the prediction's next tokens (`Row.predicted_draft`: as many as it holds, up to the row's room and
         `PREDICTION_TOKENS` or what its policy asks, whatever the cost curve says of short guesses), written over the
-        draft the kernel made from the index, as the engine's own path drafts them (`Row.draft`)."""
-        row, s = fused.rows[0], fused.state
+        draft the kernel made from its index, as the engine's own path drafts them (`Row.draft`). Several rows' drafts
+        are then cut to the width that pays for the whole batch as on that path (`_width`: `batch_width` over each
+        row's chance, a prediction's own record where it drafts one, and what it drafted; no width but 0 where
+        drafting lost at this batch size, `StepTimes.drafts`)."""
+        rows, s = fused.rows, fused.state
         d = s["now"]  # the next step's drafts: `s["batch"]` is their view
-        tokens = None if row.done else row.predicted_draft(d.tokens.shape[1])
-        if tokens is None:
-            return
-        n = len(tokens)
-        d.tokens[0, :n] = tokens
-        d.sizes[0], d.matches[0] = n, max(row.index.match_length, 1)
-        s["batch"] = fused.fused._batch(d, n)
+        sizes, widest = d.sizes, int(d.sizes.max(initial=0))
+        chances = None if len(rows) == 1 else np.array([row.length.chance(m) for row, m in zip(rows, d.matches)])
+        for k in fused.predicting:
+            row = rows[k]
+            tokens = None if row.done else row.predicted_draft(d.tokens.shape[1])
+            if tokens is not None:
+                n = len(tokens)
+                d.tokens[k, :n] = tokens
+                sizes[k], d.matches[k] = n, max(row.index.match_length, 1)
+                if chances is not None:
+                    chances[k] = row.prediction_chance
+        width = int(sizes.max(initial=0))
+        if chances is not None:
+            b = len(rows)
+            costs = self.times.costs(b, width)
+            if not self.times.drafts(b):
+                costs[1:] = np.inf
+            width = batch_width(chances, sizes, costs)
+            np.minimum(sizes, width, out=sizes)
+        for k in range(len(rows)):  # zero past each size, as the kernels leave a batch's drafts
+            d.tokens[k, sizes[k]:max(widest, width)] = 0
+        s["batch"] = fused.fused._batch(d, width)
 
     def _step_fused(self, fused: "_Fused", start: float, timed: bool) -> None:
         """One step of a batch of greedy rows as `generate`'s fused path takes it (`fused.for_rows`): one
@@ -397,8 +417,9 @@ class Engine:
         as any row does."""
         rows, s = fused.rows, fused.state
         before, drafted, width = s["lens"].copy(), s["batch"].sizes.tolist(), s["batch"].width
-        predicting = fused.predicting  # a lone row with a prediction: its draft's tokens, to count
-        tokens = s["batch"].tokens[0, :drafted[0]].copy() if predicting else None
+        tokens = [None] * len(rows)  # the draft tokens of the rows with a prediction, to count
+        for k in fused.predicting:
+            tokens[k] = s["batch"].tokens[k, :drafted[k]].copy()
         self._widths(fused)  # for the next step's draft, which this step's kernel call makes
         fused.fused.step(fused, s)
         if self.metrics is not None:
@@ -406,16 +427,17 @@ class Engine:
         counts, lens, out = s["rows"].counts.tolist(), s["lens"].tolist(), s["out"]
         done = []
         for k, row in enumerate(rows):
-            row.counted(drafted[k], counts[k], tokens)
+            row.counted(drafted[k], counts[k], tokens[k])
             done.append(row.advance(out[k, before[k]:lens[k]].tolist(), indexed=True))
-        if predicting and not done[0]:
-            self._predicted(fused)
         if any(done):
             self._fused.pop(id(fused.batch), None)
-        elif fused.widths is not None:  # a row the batch's width left out of the next step learns from the tokens
-            for row, size in zip(rows, s["batch"].sizes.tolist()):  # that come, as on the engine's path
-                if not size:
-                    row.watch()
+        else:
+            if fused.predicting:
+                self._predicted(fused)
+            if len(rows) > 1 and rows[0].tree is None:  # a row the batch's width left out of the next step learns
+                for row, size in zip(rows, s["batch"].sizes.tolist()):  # from the tokens that come, as on the
+                    if not size:  # engine's path
+                        row.watch()
         if timed:
             self.times.record(len(rows), width, time.perf_counter() - start, len(rows) + sum(counts))
         self._drop(fused.batch, done)
@@ -521,7 +543,7 @@ class _Fused:
 
     def __init__(self, batch: Batch, fused, widths):
         self.batch, self.rows, self.fused, self.widths, self.state = batch, list(batch.rows), fused, widths, None
-        self.predicting = False  # a lone row with a prediction (`Engine._predicted`)
+        self.predicting = []  # the rows with a prediction (`Engine._predicted`)
         self.indexes, self.ids = [row.index for row in self.rows], list(range(len(self.rows)))
 
     @property

@@ -184,10 +184,14 @@ class Row:
         if self.tree is not None:
             return None, None
         reach, prediction = self._reach(budget, fill)
-        if prediction:  # the prediction's own record so far, from 3 accepted to 1 rejected
-            c = self.stats
-            return (c.prediction_accepted + 3.0) / (c.prediction_accepted + c.prediction_rejected + 4.0), reach
-        return self.length.chance(self.index.match_length), reach
+        return (self.prediction_chance if prediction else self.length.chance(self.index.match_length)), reach
+
+    @property
+    def prediction_chance(self) -> float:
+        """The chance that each of the prediction's draft tokens is accepted, given the one before: the prediction's
+        own record so far, from 3 accepted to 1 rejected."""
+        c = self.stats
+        return (c.prediction_accepted + 3.0) / (c.prediction_accepted + c.prediction_rejected + 4.0)
 
     def watch(self) -> None:
         """Keep the draft the row would verify now (a greedy chain row with a match that drafts nothing in this

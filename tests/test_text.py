@@ -92,3 +92,22 @@ def test_each_step_decodes_a_window_not_the_whole_answer(tokenizer):
     steps = counting.sizes[:-1]
     assert counting.sizes[-1] == len(ids) and len(ids) // 3 - 1 <= len(steps) <= 1.3 * (len(ids) // 3)
     assert max(steps) <= WINDOW + 12  # windows (longer while a character's bytes come), never the answer
+
+
+@settings(max_examples=40, deadline=None)
+@given(ids=st.lists(st.integers(0, 511), max_size=40))
+def test_the_decoder_is_the_tokenizers_decode(tokenizer, ids):
+    """`decoder` gives `decode(ids, skip_special_tokens=True)`'s text for any ids, through the fast tokenizer's own
+    decode where transformers adds nothing to it, else through `decode` (here: with the clean-up of spaces on)."""
+    from lookahead.serve.text import decoder
+
+    want = tokenizer.decode(ids, skip_special_tokens=True)
+    assert decoder(tokenizer)(ids) == want
+    assert decoder(tokenizer).func == tokenizer.backend_tokenizer.decode
+    calls = Counting(tokenizer)
+    assert decoder(calls)(ids) == want and calls.sizes == [len(ids)]  # not a fast tokenizer: its decode
+    tokenizer.clean_up_tokenization_spaces = True
+    try:
+        assert decoder(tokenizer).func == tokenizer.decode
+    finally:
+        tokenizer.clean_up_tokenization_spaces = False

@@ -586,7 +586,7 @@ def test_a_full_batch_of_weak_bets_verifies_no_drafts_and_a_strong_one_pays_for_
 
     def row(prediction=None):
         r = Row(ids, 64, (), Sampling(0.0), Drafting(), tok, prediction=prediction)
-        r.start(None, engine.chain_cost, engine.sampling_cost, engine.num_draft_tokens, "cpu")
+        r.start(None, *engine.sizing(r), "cpu")
         r.length.accepted[:], r.length.rejected[:] = 1.0, 9.0  # drafts accepted 1 time in 10
         return r
 
@@ -839,6 +839,36 @@ def test_rows_with_predictions_take_the_fused_step_together(reference, monkeypat
     assert counts[0] == counts[1]
 
 
+@pytest.mark.parametrize("draft", ["chain", "tree"])
+def test_a_lone_row_drafts_as_generate_does_by_the_curve_it_measures(reference, monkeypatch, draft):
+    """With the cost measured (the default on a CPU), a lone greedy row drafts what `lookahead.generate` drafts on
+    the same prompt: chains by the curve measured to 20 tokens, trees by the one measured to their 32 nodes (here
+    two made-up curves, the tree's with a plateau that widens its budgets and pads its steps), the same forwards,
+    draft tokens and accepted tokens, and greedy's tokens."""
+    import lookahead
+    from lookahead.decode import calibrate
+    from lookahead.decode.policy import CostCurve
+    from lookahead.serve.engine import Engine
+    from lookahead.serve.row import Drafting, Row, Sampling
+
+    curves = {20: CostCurve(1.0 + 0.2 * np.arange(21)),  # measured to 20 (a chain) and to 32 (a tree)
+              32: CostCurve(np.concatenate([1.0 + 0.1 * np.arange(30), [3.5, 3.6, 3.0]]))}
+    monkeypatch.setattr(calibrate, "measured_draft_cost", lambda model, max_tokens, store=None: curves[max_tokens])
+    model, tok = reference
+    prompt = np.array(prompt_ids(reference, PROMPTS[0]) * 2, dtype=np.int64)
+    options = {"lookup": "suffix", "draft": draft}
+    out, stats = lookahead.generate(model, torch.as_tensor(prompt)[None], max_new_tokens=48, return_stats=True,
+                                    **options)
+    engine = Engine(model)
+    row, = _turned(engine, [Row(prompt, 48, (), Sampling(0.0), Drafting(**options), tok)])
+    c = row.stats
+    assert row.out == out[0, len(prompt):].tolist() == greedy_ids(reference, prompt, 48)
+    assert (c.forward_passes, c.draft_tokens, c.accepted_tokens) == (stats.forward_passes, stats.draft_tokens,
+                                                                      stats.accepted_tokens)
+    if draft == "tree":
+        assert engine.sizing(row)[0] is curves[32] and engine.sizing(row)[2] == 32 and row.tree.max_nodes == 32
+
+
 def test_a_lone_row_on_the_fused_step_goes_on_exactly_around_a_row_that_joins_and_leaves(reference):
     """A row stepped alone by the fused step, then with a short request that joins its batch (a fused step of two
     rows, made anew: the batch's arrays changed), then alone again once that one is done (made anew again): both give
@@ -940,7 +970,7 @@ def test_a_row_left_out_of_a_step_learns_from_the_tokens_that_come(reference):
     engine = Engine(model, draft_cost=(0.0, 0.05))
     ids = np.array(prompt_ids(reference, PROMPTS[0]) * 3, dtype=np.int64)
     row = Row(ids, 64, (), Sampling(0.0), Drafting(), tok)
-    row.start(None, engine.chain_cost, engine.sampling_cost, engine.num_draft_tokens, "cpu")
+    row.start(None, *engine.sizing(row), "cpu")
     accepted, rejected = row.length.accepted.sum(), row.length.rejected.sum()
     row.watch()
     start, tokens, match = row.shadow
@@ -985,11 +1015,11 @@ def test_rows_that_cannot_share_a_cache_are_served_each_in_a_batch_of_its_own(na
 
     engines, fused = [], []
     step = Engine._step_fused
-    monkeypatch.setattr(Engine, "_step_fused", lambda self, f, *a: fused.append(id(f.batch)) or step(self, f, *a))
+    monkeypatch.setattr(Engine, "_step_fused", lambda self, f, *a: fused.append(f.batch) or step(self, f, *a))
     # the tiny MPT answers in long runs of one token, where a prediction's place is ambiguous (as Bloom's)
     model = served_family(name, least=6 if name == "mpt" else None, extra=ROWS_APART[name], engine=engines)
     assert engines[0].apart is not None and engines[0].peak == 1  # no forward verified two rows
-    assert len(set(fused)) == 3 and len(fused) >= 3 * 3  # each row's batch took fused steps
+    assert len({id(batch) for batch in fused}) == 3 and len(fused) >= 3 * 3  # each row's batch took fused steps
     with pytest.raises(ValueError, match=r"cache_implementation='static': lookahead serve runs each row of \w+ in a "
                                          r"dynamic cache of its own"):
         Engine(model, draft_cost=0, cache_implementation="static")

@@ -48,7 +48,7 @@ from ..decode.engine import Batch
 from ..decode.fused import for_rows
 from ..decode.policy import CostCurve, StepTimes, batch_width
 from ..decode.recycling import table_for, top_k
-from ..decode.settings import DRAFT_TOKENS, GenerationStats, make_settings
+from ..decode.settings import DRAFT_NODES, DRAFT_TOKENS, GenerationStats, make_settings
 from ..index.build import RECYCLING
 from ..index.recycle import Recycled
 from ..model.attention import packed_attention
@@ -125,6 +125,8 @@ class Engine:
             + (", CUDA graphs" if graphs and self.facts.device.type == "cuda" else "") \
             + (", compiled" if compiled is not None else "")
         self.chain_cost = _cost(model, self.facts, draft_cost, False)
+        self._given, self._tree = draft_cost, None  # the cost given; a greedy tree's sizing and pads (`sizing`), once
+        # asked
         self.sampling_cost = _cost(model, self.facts, None, True)
         self.num_draft_tokens = max(DRAFT_TOKENS, budget(self.chain_cost, DRAFT_TOKENS))
         self.pads = None  # at batch 1 on a measured curve, the drafts a chain step pads to (`CausalLM.pad_to`)
@@ -249,7 +251,7 @@ class Engine:
         if self.limit is not None and len(row.prompt) + row.max_new > self.limit:
             raise ValueError(f"a request of {len(row.prompt)} prompt tokens and {row.max_new} new tokens exceeds the "
                              f"{self.limit} tokens a row holds")
-        row.start(self.memory, self.chain_cost, self.sampling_cost, self.num_draft_tokens, self.facts.device,
+        row.start(self.memory, *self.sizing(row), self.facts.device,
                   self.recycled() if row.drafting.lookup in RECYCLING else None)
         prompt = torch.from_numpy(row.prompt)[None].to(self.facts.device)
         if self.static is not None:  # into the one-row state, joined below
@@ -296,7 +298,9 @@ class Engine:
         rows, target = batch.rows, batch.target
         b = len(rows)
         self.peak = max(self.peak, b)
-        target.pads = self.pads if b == 1 else None  # where a wider forward costs less (measured at batch 1)
+        tree = rows[0].tree is not None and rows[0].sampling.greedy and self._tree is not None  # a tree's own curve
+        target.pads = (self._tree[3] if tree else self.pads) if b == 1 else None  # where a wider forward costs less
+        # (measured at batch 1)
         most = getattr(target, "most", None)  # the static step's widest: no row verifies more
         fused = self._fused_for(batch, most)
         if fused is not None:
@@ -310,7 +314,8 @@ class Engine:
         width = self._width(rows, budgets, fill, drafting) if b > 1 else None
         if width is not None:
             fill = width
-        padded = free_widths(target, self.chain_cost)  # what a greedy tree keeps, as `generate` sizes its trees
+        padded = free_widths(target, self._tree[0] if self._tree else self.chain_cost)  # what a greedy tree keeps,
+        # as `generate` sizes its trees
         drafts = [row.draft(n, fill, width if row.sampling.greedy else None, padded) for row, n in zip(rows, budgets)]
         if most is not None:
             drafts = [d.head(most) if len(d) > most else d for d in drafts]
@@ -471,6 +476,22 @@ class Engine:
         least = max((int(r) for row, (_, r) in zip(rows, outlooks) if not row.sampling.greedy), default=0)
         return batch_width(chances, reach, self.times.costs(len(rows), int(reach.max()), least))
 
+    def sizing(self, row) -> tuple:
+        """(the cost model, draft tokens, tree nodes) a row drafts by where its request leaves its budgets unset, as
+        `generate` sizes a call: a greedy chain's cost curve measured to 20 tokens, a greedy tree's to its 32 nodes
+        (measured at the first such row, then kept on disk), each budget widened to what costs no more by it
+        (`budget`); a sampling row's, a fixed line (a seed replays) and the defaults."""
+        if not row.sampling.greedy:
+            return self.sampling_cost, self.num_draft_tokens, DRAFT_NODES
+        if row.drafting.draft != "tree":
+            return self.chain_cost, self.num_draft_tokens, DRAFT_NODES
+        if self._tree is None:
+            cost = _cost(self.model, self.facts, self._given, False, "tree")
+            tokens, nodes = max(DRAFT_TOKENS, budget(cost, DRAFT_TOKENS)), max(DRAFT_NODES, budget(cost, DRAFT_NODES))
+            self._tree = cost, tokens, nodes, cost.pads_within(max(tokens, nodes)) if isinstance(cost, CostCurve) \
+                else None  # and the widths a lone tree's step pads to
+        return self._tree[:3]
+
     def recycled(self) -> Recycled:
         """M, the target's top-k predictions after each token that recycling rows (``"lookup": "recycle"``,
         ``"suffix+recycle"``) draft from and learn from at every forward, shared by them and kept across requests:
@@ -591,9 +612,9 @@ def _paths(verdict: Verdict) -> list:
     return [list(range(c)) for c in verdict.counts.tolist()]
 
 
-def _cost(model, facts: ModelFacts, given, sampling: bool):
+def _cost(model, facts: ModelFacts, given, sampling: bool, draft: str = "chain"):
     """A row's verification cost model, as `lookahead.generate` picks it (measured once per model on a CPU)."""
-    settings = make_settings(draft_cost=given)
+    settings = make_settings(draft_cost=given, draft=draft, lookup="suffix" if draft == "tree" else "ngram")
     return draft_cost(model, facts, settings, sampling)
 
 

@@ -10,7 +10,7 @@ import torch
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
 
 from ..decode.policy import DraftLength
-from ..decode.settings import DRAFT_NODES, OPTIONS, GenerationStats
+from ..decode.settings import OPTIONS, GenerationStats
 from ..decode.sizing import TreeSizing
 from ..index.build import row_indexes
 from ..index.recycle import RecycleIndex
@@ -44,7 +44,7 @@ class Drafting:
     lookup: str = OPTIONS["lookup"]
     draft: str = OPTIONS["draft"]
     num_draft_tokens: int | None = None  # None: the server's default
-    max_draft_nodes: int = DRAFT_NODES
+    max_draft_nodes: int | None = None  # None: the server's default
     max_ngram: int = OPTIONS["max_ngram"]
     min_ngram: int = OPTIONS["min_ngram"]
 
@@ -105,18 +105,18 @@ class Row:
         """Whether the row drafts from recycled predictions (`RecycleIndex`): it learns from every forward's top-k."""
         return isinstance(self.index, RecycleIndex)
 
-    def start(self, memory, chain_cost, sampling_cost, num_draft_tokens: int, device, recycled=None) -> None:
+    def start(self, memory, cost, num_draft_tokens: int, max_draft_nodes: int, device, recycled=None) -> None:
         """Build the row's index (its prediction, then its prompt, over the memory's tokens; for a recycling lookup
         over `recycled`, the server's `Recycled`), draft policy and generator; called in the engine's thread, which
-        alone touches the memory."""
+        alone touches the memory. `cost`, `num_draft_tokens`, `max_draft_nodes`: the row's cost model and the
+        budgets its request leaves unset (`Engine.sizing`)."""
         d = self.drafting
         n = num_draft_tokens if d.num_draft_tokens is None else d.num_draft_tokens
         documents = [[self.prediction]] if self.prediction is not None and len(self.prediction) else None
         self.index = row_indexes(d.lookup, d.max_ngram, d.min_ngram, [self.prompt], documents, memory, n,
                                  recycled)[0]
-        cost = chain_cost if self.sampling.greedy else sampling_cost  # sampling: a fixed line, so a seed replays
         if d.draft == "tree":
-            self.tree = TreeSizing(d.max_draft_nodes, n, cost)
+            self.tree = TreeSizing(max_draft_nodes if d.max_draft_nodes is None else d.max_draft_nodes, n, cost)
         self.length = self.tree.length if self.tree is not None else DraftLength(n, cost)
         if not self.sampling.greedy:
             self.generator = torch.Generator(device=device)

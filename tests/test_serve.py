@@ -716,6 +716,42 @@ def test_recycling_rows_are_served_and_learn_across_requests(reference):
     assert [len(kernel.signatures) for kernel in kernels] == warm
 
 
+@pytest.mark.parametrize("rows", [1, 3])
+def test_greedy_merged_tree_rows_take_the_fused_step_as_the_engines_path(reference, monkeypatch, rows):
+    """Greedy rows of `"suffix+recycle"` trees, alone or several in a batch, take `generate`'s fused step for merged
+    trees (`FusedRecycleTrees`: the step's kernel teaches M each forward's top-k), compiled by the served kind's
+    warm-up, and give greedy's tokens; a row alone, with one cost, in the forwards, draft and accepted tokens of the
+    engine's own path, M learning the same. (Several rows' trees differ there: the fused step fills each row's tree
+    to the nodes the batch's widest forward computes anyway, as `generate`'s batches do.)"""
+    from lookahead.decode import _fused_recycle, _warm_up, fused
+    from lookahead.runtime.jit import SERVED
+    from lookahead.serve.engine import Engine
+    from lookahead.serve.row import Drafting, Row, Sampling
+
+    _warm_up.kind(*SERVED)
+    kernels = [getattr(_fused_recycle, name) for name in ("draft_recycle_trees", "step_recycle_trees")]
+    warm = [len(kernel.signatures) for kernel in kernels]
+    model, tok = reference
+    prompts = [np.array(prompt_ids(reference, text) * 2, dtype=np.int64) for text in PROMPTS[:rows]]
+    wants = [greedy_ids(reference, p, 32 + 4 * k) for k, p in enumerate(prompts)]
+    steps, step = [], fused.FusedRecycleTrees.step
+    monkeypatch.setattr(fused.FusedRecycleTrees, "step",
+                        lambda self, r, s: steps.append(len(r.indexes)) or step(self, r, s))
+    got = []
+    for path in ("fused", "engine"):
+        if path == "engine":
+            monkeypatch.setattr(Engine, "_fused_for", lambda self, batch, most: None)
+        engine = Engine(model, draft_cost=(0.0, 0.05))
+        done = _turned(engine, [Row(p, len(w), (), Sampling(0.0), Drafting("suffix+recycle", "tree"), tok)
+                                for p, w in zip(prompts, wants)])
+        assert [row.out for row in done] == wants
+        got.append(([(r.stats.forward_passes, r.stats.draft_tokens, r.stats.accepted_tokens) for r in done],
+                    engine.recycled().ids.copy()))
+    assert rows in steps and sum(c[2] for c in got[0][0]) > 0
+    assert rows > 1 or (got[0][0] == got[1][0] and np.array_equal(got[0][1], got[1][1]))
+    assert [len(kernel.signatures) for kernel in kernels] == warm
+
+
 def test_a_batch_size_whose_drafting_is_cut_is_said(reference, caplog):
     """Where steps with drafts gave fewer tokens per second than plain ones (`StepTimes.drafts`), the engine says
     so: a warning naming the batch size and both rates the first time, and the `lookahead_drafting` metric (0 while

@@ -24,9 +24,9 @@ def kind(lookup: str, draft: str, rows: int, cache: str, decoding: str) -> None:
              ("suffix", "tree"): trees, ("suffix+recycle", "tree"): recycle_trees}
     if decoding == "greedy" and (lookup, draft) in fused:  # sampling is unfused
         fused[lookup, draft](rows > 1)
-    elif decoding == "served":  # the server's greedy rows of chains and trees, one row's and several rows'
-        chains(True), suffix_chains(True), trees(True)  # (`fused.for_rows`), and its recycling rows' indexes
-        recycling()
+    elif decoding == "served":  # the server's greedy rows of chains and trees (merged ones too), one row's and
+        chains(True), suffix_chains(True), trees(True), recycle_trees(True)  # several rows' (`fused.for_rows`), and
+        recycling()  # its recycling rows' indexes
 
 
 def indexes() -> None:

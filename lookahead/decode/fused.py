@@ -29,6 +29,7 @@ from ..index.suffix import SuffixIndex
 from ..model import CausalLM, StaticCausalLM
 from ..verify.batch import DraftBatch, Verdict, _chain_parents
 from .policy import _BUCKETS, Stacked
+from .recycling import Recycling
 from .sizing import StackedTrees
 
 
@@ -50,7 +51,9 @@ def fused(target, rows, run, max_new: int, clock):
 def for_rows(target, indexes: list, lengths: list, eos, max_new: int, stats, widths=None, trees=None,
              width: int = 0):
     """A fused step for greedy rows driven from outside `generate` (the server's engine, `start` and `step` one step
-    at a time): the rows' indexes (all `NgramIndex`es or all `SuffixIndex`es), their own `DraftLength`s (one row's as
+    at a time): the rows' indexes (all `NgramIndex`es or all `SuffixIndex`es; for trees, all `SuffixIndex`es or all
+    `RecycleIndex`es merged with one over one `Recycled`, which the step's kernel teaches each forward's top-k,
+    `FusedRecycleTrees`), their own `DraftLength`s (one row's as
     it is, several stacked, `policy.Stacked`: the kernels teach each row's), their eos ids (any collection: `_Fused`
     sorts them into the kernels' array), most new tokens, the stats their forwards count in, and `widths`: what the
     batch's step costs at each draft width, [most draft tokens + 1], which the caller may rewrite before each step
@@ -62,7 +65,8 @@ def for_rows(target, indexes: list, lengths: list, eos, max_new: int, stats, wid
     first = type(indexes[0])
     same = all(type(ix) is first for ix in indexes)
     if trees is not None:
-        kind = FusedTrees if first is SuffixIndex and same and StackedTrees.takes(trees) else None
+        kind = {SuffixIndex: FusedTrees, RecycleIndex: FusedRecycleTrees}.get(first) \
+            if same and StackedTrees.takes(trees) else None
     else:
         kind = {NgramIndex: FusedChains, SuffixIndex: FusedSuffixChains}.get(first)
         if (not same or not Stacked.takes(lengths) or
@@ -74,7 +78,10 @@ def for_rows(target, indexes: list, lengths: list, eos, max_new: int, stats, wid
         sizing = trees[0] if len(trees) == 1 else StackedTrees(trees)
     else:
         sizing = types.SimpleNamespace(chain=True, length=lengths[0] if len(lengths) == 1 else Stacked(lengths))
-    run = types.SimpleNamespace(sizing=sizing, stopper=types.SimpleNamespace(eos=eos), stats=stats, forwards=0)
+    run = types.SimpleNamespace(sizing=sizing, stopper=types.SimpleNamespace(eos=eos), stats=stats, forwards=0,
+                                recycling=Recycling(indexes[0].recycled.k) if kind is FusedRecycleTrees else None)
+    if kind is FusedRecycleTrees and not FusedRecycleTrees.takes(indexes, run):
+        return None
     fused = kind(target, run, max_new, _UNTIMED, indexes)
     if widths is not None:
         fused.widths = widths

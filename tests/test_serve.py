@@ -810,12 +810,15 @@ def test_a_lone_greedy_row_takes_generates_fused_step(reference, monkeypatch, lo
     assert [len(kernel.signatures) for kernel in kernels] == warm
 
 
+@pytest.mark.parametrize("draft", ["chain", "tree"])
 @pytest.mark.parametrize("wrong", [0, 5])
-def test_a_lone_row_with_a_prediction_takes_the_fused_step_as_the_engines_path_drafts(reference, monkeypatch, wrong):
-    """A greedy chain row alone with a prediction (its answer, or its answer with every fifth token changed) is
-    stepped by the fused step, the prediction's next tokens written over the kernel's draft while the answer follows
-    it (`Engine._predicted`): greedy's tokens, in as many forwards as the engine's own path takes (`Row.draft`), with
-    the same draft tokens and the same counts of the prediction's accepted and rejected ones."""
+def test_a_lone_row_with_a_prediction_takes_the_fused_step_as_the_engines_path_drafts(reference, monkeypatch, wrong,
+                                                                                        draft):
+    """A greedy row alone with a prediction (its answer, or its answer with every fifth token changed) is stepped by
+    the fused step: a chain row's prediction's next tokens written over the kernel's draft while the answer follows
+    it (`Engine._predicted`), a tree row's drafted from its index, where the prediction is a document: greedy's
+    tokens, in as many forwards as the engine's own path takes (`Row.draft`), with the same draft tokens and the same
+    counts of the prediction's accepted and rejected ones."""
     from lookahead.decode import fused
     from lookahead.serve.engine import Engine
     from lookahead.serve.row import Drafting, Row, Sampling
@@ -824,14 +827,16 @@ def test_a_lone_row_with_a_prediction_takes_the_fused_step_as_the_engines_path_d
     prompt = np.array(prompt_ids(reference, PROMPTS[0]) * 2, dtype=np.int64)
     want = greedy_ids(reference, prompt, 60)
     prediction = np.array([t if not wrong or (i + 1) % wrong else (t + 1) % 64 for i, t in enumerate(want)])
-    steps, step = [], fused.FusedChains.step
-    monkeypatch.setattr(fused.FusedChains, "step", lambda self, rows, s: steps.append(1) or step(self, rows, s))
+    kind = fused.FusedChains if draft == "chain" else fused.FusedTrees
+    steps, step = [], kind.step
+    monkeypatch.setattr(kind, "step", lambda self, rows, s: steps.append(1) or step(self, rows, s))
+    drafting = Drafting() if draft == "chain" else Drafting(lookup="suffix", draft="tree")
     counts = []
     for path in ("fused", "engine"):
         if path == "engine":
             monkeypatch.setattr(Engine, "_fused_for", lambda self, batch, most: None)
         row, = _turned(Engine(model, draft_cost=(0.0, 0.05)),
-                       [Row(prompt, 60, (), Sampling(0.0), Drafting(), tok, prediction=prediction.copy())])
+                       [Row(prompt, 60, (), Sampling(0.0), drafting, tok, prediction=prediction.copy())])
         assert row.out == want
         c = row.stats
         counts.append((c.forward_passes, c.draft_tokens, c.accepted_tokens, c.prediction_accepted,

@@ -10,8 +10,9 @@ drop cancelled rows, then one step for all rows of a batch:
     or speculative sampling with the row's temperature, top-p and generator) -> commit (the cache keeps each row's
     accepted path) -> advance (append, stream, stop) -> drop finished rows.
 
-A batch whose rows are all greedy chains from n-gram or suffix indexes (with or without a prediction), or all greedy
-trees from suffix indexes (without), with one set of eos ids, takes `generate`'s fused step instead (`fused.for_rows`:
+A batch whose rows are all greedy chains from n-gram or suffix indexes, or all greedy trees from suffix indexes or
+merged suffix+recycle ones, with or without a prediction, with one set of eos ids, takes `generate`'s fused step
+instead (`fused.for_rows`:
 after the forward, one kernel call accepts, teaches each row's policy (and calibration), stops, extends the indexes
 and drafts the next step, chains cut to the same batch width, trees sized for the batch's step; a prediction's next
 tokens are written over its row's draft, `_predicted`); its rows then advance as any row does.
@@ -346,7 +347,8 @@ class Engine:
 
     def _fused_for(self, batch: Batch, most):
         """The fused step of a batch whose rows are all greedy chains from n-gram or suffix indexes, or all greedy
-        trees from suffix indexes, chains with or without a prediction (`_predicted`), and one set of eos ids
+        trees from suffix or merged indexes, with or without a prediction (a chain's: `_predicted`; a tree drafts
+        it from its index), and one set of eos ids
         (`_Fused`), kept across steps while the same rows run (made anew after any row joined or left: the batch's
         arrays are new then; each batch its own: rows that run apart step alone); None for any other batch (its rows
         draft as the engine's rows do)."""
@@ -358,7 +360,7 @@ class Engine:
         first = rows[0]
         predicting = [k for k, row in enumerate(rows) if row.prediction is not None and len(row.prediction)]
         if any(not row.sampling.greedy or (row.tree is None) != (first.tree is None) or row.index is None
-                or row.eos != first.eos or (row.tree is not None and predicting)
+                or row.eos != first.eos
                 or (most is not None and most < (row.length.max_tokens if row.tree is None else row.tree.max_nodes))
                 for row in rows):
             return None
@@ -369,7 +371,8 @@ class Engine:
         # the kernel cuts a batch of chains to the width that pays (`_widths`); with predictions, `_predicted` does
         widths = np.empty(first.length.max_tokens + 1) if len(rows) > 1 and trees is None and not predicting \
             else None
-        reach = min(max(first.length.max_tokens, PREDICTION_TOKENS), most or PREDICTION_TOKENS) if predicting else 0
+        reach = min(max(first.length.max_tokens, PREDICTION_TOKENS), most or PREDICTION_TOKENS) \
+            if predicting and trees is None else 0
         step = for_rows(batch.target, [row.index for row in rows], [row.length for row in rows], first.eos, top,
                         self.stats, widths, trees, reach)
         if step is None:
@@ -378,7 +381,7 @@ class Engine:
         fused.predicting = predicting
         self._widths(fused)
         fused.state = step.start(fused, [top - row.max_new + len(row.out) for row in rows])  # its first draft
-        if predicting:
+        if predicting and trees is None:  # a tree row drafts its prediction from its index (a document there)
             self._predicted(fused)
         return fused
 
@@ -422,9 +425,10 @@ class Engine:
         as any row does."""
         rows, s = fused.rows, fused.state
         before, drafted, width = s["lens"].copy(), s["batch"].sizes.tolist(), s["batch"].width
-        tokens = [None] * len(rows)  # the draft tokens of the rows with a prediction, to count
+        tokens = [None] * len(rows)  # the drafts of the rows with a prediction, to count (tokens, a tree's parents)
+        chain = s["batch"].chain
         for k in fused.predicting:
-            tokens[k] = s["batch"].tokens[k, :drafted[k]].copy()
+            tokens[k] = s["batch"].tokens[k, :drafted[k]].copy(), None if chain else s["batch"].parents[k].copy()
         self._widths(fused)  # for the next step's draft, which this step's kernel call makes
         fused.fused.step(fused, s)
         if self.metrics is not None:
@@ -432,12 +436,12 @@ class Engine:
         counts, lens, out = s["rows"].counts.tolist(), s["lens"].tolist(), s["out"]
         done = []
         for k, row in enumerate(rows):
-            row.counted(drafted[k], counts[k], tokens[k])
+            row.counted(drafted[k], counts[k], *(tokens[k] or ()))
             done.append(row.advance(out[k, before[k]:lens[k]].tolist(), indexed=True))
         if any(done):
             self._fused.pop(id(fused.batch), None)
         else:
-            if fused.predicting:
+            if fused.predicting and rows[0].tree is None:
                 self._predicted(fused)
             if len(rows) > 1 and rows[0].tree is None:  # a row the batch's width left out of the next step learns
                 for row, size in zip(rows, s["batch"].sizes.tolist()):  # from the tokens that come, as on the

@@ -225,35 +225,29 @@ class Row:
 
     def learn(self, draft: Draft, path: list) -> None:
         """Teach the draft policy what was accepted of `draft` (the accepted node indices `path`); count it."""
-        self.counted(len(draft), len(path))
+        self.counted(len(draft), len(path), draft.tokens, None if draft.is_chain else draft.parents)
         if self.index is None:
             return
-        c = self.stats
-        if len(draft) and self._from_prediction(draft):
-            c.prediction_accepted += len(path)
-            c.prediction_rejected += len(draft) - len(path)
         if self.tree is not None:
             batch = DraftBatch.pack([draft], False)
             self.tree.update(batch, Verdict.of_paths([list(path)], np.zeros(1, dtype=np.int64)))
         elif len(draft):  # a chain that drafted nothing teaches nothing (`_policy_kernels.record`)
             self.length.update(np.array([draft.match_length]), np.array([len(draft)]), np.array([len(path)]))
 
-    def _from_prediction(self, draft: Draft) -> bool:
-        """Whether the draft's first path appears in the prediction, token after token."""
-        if self.prediction is None or len(self.prediction) == 0:
-            return False
-        path = draft.tokens if draft.is_chain else draft.tokens[_first_path(draft.parents)]
-        return _contains(self.prediction, path)
-
-    def counted(self, drafted: int, accepted: int, tokens: np.ndarray | None = None) -> None:
+    def counted(self, drafted: int, accepted: int, tokens: np.ndarray | None = None,
+                parents: np.ndarray | None = None) -> None:
         """Count a step the row took part in: one forward, its draft tokens and those accepted (`learn`, or a step the
         fused kernel took for the row, `engine.Engine._step_fused`, which taught its policy there); with the draft's
-        `tokens` (a chain), also as the prediction's where they appear in it, as `learn` counts them."""
+        `tokens` (and `parents`, a tree's), also as the prediction's where the draft's first path appears in it,
+        token after token."""
         c = self.stats
         c.add_forward(1)
         c.draft_tokens += drafted
         c.accepted_tokens += accepted
-        if tokens is not None and drafted and _contains(self.prediction, tokens):
+        if tokens is None or not drafted or self.prediction is None or not len(self.prediction):
+            return
+        path = tokens[:drafted] if parents is None else tokens[_first_path(parents[:drafted])]
+        if _contains(self.prediction, path):
             c.prediction_accepted += accepted
             c.prediction_rejected += drafted - accepted
 

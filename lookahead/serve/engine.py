@@ -12,10 +12,10 @@ drop cancelled rows, then one step for all rows of a batch:
 
 A batch whose rows are all greedy chains from n-gram or suffix indexes, or all greedy trees from suffix indexes or
 merged suffix+recycle ones, with or without a prediction, with one set of eos ids, takes `generate`'s fused step
-instead (`fused.for_rows`:
-after the forward, one kernel call accepts, teaches each row's policy (and calibration), stops, extends the indexes
-and drafts the next step, chains cut to the same batch width, trees sized for the batch's step; a prediction's next
-tokens are written over its row's draft, `_predicted`); its rows then advance as any row does.
+instead (`fused.for_rows`: after the forward, one kernel call accepts, teaches each row's policy (and calibration),
+stops, extends the indexes and drafts the next step, chains cut to the same batch width, trees sized for the batch's
+step; a prediction's next tokens are written over its chain row's draft, `_predicted`); its rows then advance as any
+row does.
 
 Rows of a recycling lookup (``"recycle"``, ``"suffix+recycle"``) draft from M, the target's own top-k predictions
 after each token (`recycled`: the memory's, or the engine's, shared by every such row and kept across requests), and

@@ -10,6 +10,7 @@ around them): what the step does besides the model.
     python benchmarks/serve_step.py --rounds 3 --rows 4
     python benchmarks/serve_step.py --rounds 3 --lookup suffix --draft tree
     python benchmarks/serve_step.py --rounds 3 --prediction 5 --caches dynamic   # rows with a prediction
+    python benchmarks/serve_step.py --rounds 3 --temperature 0.8 --caches dynamic   # sampling rows (unfused)
     python benchmarks/serve_step.py --model smollm2 --device cuda --dtype bf16 --caches static   # on a GPU
 """
 from __future__ import annotations
@@ -56,13 +57,13 @@ def _timed(cls, name: str) -> None:
 
 
 def served(model, tok, ids: np.ndarray, max_new: int, cache, rows: int, drafting: dict, prediction=None,
-           whole: bool = False) -> tuple:
-    """(seconds, forwards, tokens) of `rows` greedy rows of one prompt through the engine's turns (the forwards:
-    the engine's steps), each drafting from `prediction` (token ids) if given; `whole`: answers sent whole (their
-    text decoded at their end), else streamed."""
+           whole: bool = False, temperature: float = 0.0) -> tuple:
+    """(seconds, forwards, tokens) of `rows` rows of one prompt (greedy, or sampling at `temperature`, row k with
+    seed k) through the engine's turns (the forwards: the engine's steps), each drafting from `prediction` (token
+    ids) if given; `whole`: answers sent whole (their text decoded at their end), else streamed."""
     engine = Engine(model, cache_implementation=cache, max_model_len=len(ids) + max_new + 64)
-    batch = [Row(ids, max_new, (), Sampling(0.0), Drafting(**drafting), tok, prediction=prediction, stream=not whole)
-             for _ in range(rows)]
+    batch = [Row(ids, max_new, (), Sampling(temperature, seed=k), Drafting(**drafting), tok, prediction=prediction,
+                 stream=not whole) for k in range(rows)]
     with torch.inference_mode(), _fast(model):
         for row in batch:
             engine.submit(row)
@@ -73,11 +74,16 @@ def served(model, tok, ids: np.ndarray, max_new: int, cache, rows: int, drafting
     return seconds, engine.stats.forward_passes, [row.out for row in batch]
 
 
-def generated(model, tok, ids: np.ndarray, max_new: int, cache, rows: int, drafting: dict) -> tuple:
-    """(seconds, forwards, tokens) of `lookahead.generate` on a batch of `rows` copies of the prompt."""
+def generated(model, tok, ids: np.ndarray, max_new: int, cache, rows: int, drafting: dict,
+              temperature: float = 0.0) -> tuple:
+    """(seconds, forwards, tokens) of `lookahead.generate` on a batch of `rows` copies of the prompt (sampling at
+    `temperature` if not 0, seeded)."""
+    sampling = {"do_sample": True, "temperature": temperature} if temperature else {}
+    torch.manual_seed(0)
     begin = time.perf_counter()
     out, stats = lookahead.generate(model, torch.as_tensor(ids)[None].repeat(rows, 1).to(model.device),
-                                    max_new_tokens=max_new, return_stats=True, cache_implementation=cache, **drafting)
+                                    max_new_tokens=max_new, return_stats=True, cache_implementation=cache, **drafting,
+                                    **sampling)
     return time.perf_counter() - begin, stats.forward_passes, out[:, len(ids):].tolist()
 
 
@@ -96,6 +102,8 @@ def main() -> None:
     p.add_argument("--prediction", type=int, default=0, metavar="N",
                    help="the served rows draft from a prediction: the answer with every N-th token changed (0: "
                         "none; `generate`, which takes none, runs without)")
+    p.add_argument("--temperature", type=float, default=0.0, help="rows sample at this temperature (default 0: "
+                   "greedy); sampling rows take the general step in both, and their tokens differ (other seeds)")
     p.add_argument("--whole", action="store_true", help="the served rows answer whole, as a request without "
                    "`stream` (their text decoded once, at their end); default: streamed, decoded as they grow")
     args = p.parse_args()
@@ -111,15 +119,17 @@ def main() -> None:
         prediction = np.array([t if (i + 1) % args.prediction else (t + 1) % len(tok) for i, t in enumerate(answer)])
     for r in range(args.rounds + 1):
         for cache in args.caches:
-            for who, run in (("serve engine", functools.partial(served, prediction=prediction, whole=args.whole)),
-                             ("generate", generated)):
+            for who, run in (("serve engine", functools.partial(served, prediction=prediction, whole=args.whole,
+                                                                temperature=args.temperature)),
+                             ("generate", functools.partial(generated, temperature=args.temperature))):
                 FORWARDS.clear()
                 seconds, forwards, out = run(model, tok, ids, args.max_new, cache, args.rows, drafting)
                 if r:
                     runs.setdefault((cache, who), []).append((seconds, forwards, sum(FORWARDS), out))
     print(f"{model.config.model_type}, {args.device}, {args.dtype}, {torch.get_num_threads()} threads, {len(ids)} "
           f"prompt tokens, {args.rows} row(s), {args.lookup} {args.draft}s, {args.max_new} new, {args.rounds} rounds"
-          f"{f', served with a prediction wrong every {args.prediction}th token' if args.prediction else ''}; "
+          f"{f', served with a prediction wrong every {args.prediction}th token' if args.prediction else ''}"
+          f"{f', sampling at temperature {args.temperature}' if args.temperature else ''}; "
           f"{platform.processor() or platform.machine()}")
     print("| cache | step | ms per forward | host us per forward | forwards | same tokens as generate |")
     print("| --- | --- | ---: | ---: | ---: | --- |")
@@ -129,8 +139,8 @@ def main() -> None:
             rows = runs[(cache, who)]
             ms = statistics.median(s / f for s, f, _, _ in rows) * 1e3
             host = statistics.median((s - t) / f for s, f, t, _ in rows) * 1e6
-            same = all(out == want for *_, out in rows)
-            print(f"| {cache} | {who} | {ms:.2f} | {host:.0f} | {rows[0][1]} | {'yes' if same else 'no'} |")
+            same = "n/a (sampled)" if args.temperature else "yes" if all(out == want for *_, out in rows) else "no"
+            print(f"| {cache} | {who} | {ms:.2f} | {host:.0f} | {rows[0][1]} | {same} |")
 
 
 if __name__ == "__main__":

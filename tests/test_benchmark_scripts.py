@@ -56,6 +56,13 @@ def test_serve_step_gives_generate_tokens_through_both_caches():
     assert all(line.rstrip(" |").endswith("yes") for line in rows), out
 
 
+def test_serve_step_times_sampling_rows():
+    out = run("serve_step.py", "--max-new", 16, "--rounds", 1, "--rows", 2, "--temperature", 0.8, "--caches", "dynamic")
+    rows = [line for line in out.splitlines() if line.startswith("| dynamic |")]
+    assert len(rows) == 2 and all("n/a (sampled)" in line for line in rows), out
+    assert "sampling at temperature 0.8" in out
+
+
 @pytest.mark.skipif(not (DATA / "rag").exists(), reason=f"{DATA} not found")
 def test_serve_load_gives_the_same_text_with_and_without_drafts():
     out = run("serve_load.py", "--model", STORIES, "--no-warm", "--workloads", "rag", "--per-workload", 1,

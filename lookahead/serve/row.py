@@ -201,15 +201,14 @@ class Row:
                 and self.index.match_length):
             tokens = self.index.propose(max(1, min(self.room, self.length.max_tokens)))
             if len(tokens):
-                self.shadow = (len(self.out), tokens, self.index.match_length)
+                self.shadow = (len(self.out), tokens.tolist(), self.index.match_length)
 
     def _score_shadow(self) -> None:
         """Teach the policy what the tokens that came accepted of the kept draft, once they tell (a mismatch, or as
         many tokens as it has)."""
         start, tokens, match = self.shadow
-        came = np.asarray(self.out[start:start + len(tokens)], dtype=np.int64)
-        agree = np.cumprod(came == tokens[:len(came)])
-        accepted = int(agree.sum())
+        came = self.out[start:start + len(tokens)]  # a few tokens: Python's loop is faster than numpy's calls
+        accepted = next((i for i, (t, d) in enumerate(zip(came, tokens)) if t != d), len(came))
         if accepted < len(came) or len(came) == len(tokens) or self.done:
             self.length.update(np.array([match]), np.array([len(tokens)]), np.array([accepted]))
             self.shadow = None

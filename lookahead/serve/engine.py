@@ -126,8 +126,8 @@ class Engine:
             + (", CUDA graphs" if graphs and self.facts.device.type == "cuda" else "") \
             + (", compiled" if compiled is not None else "")
         self.chain_cost = _cost(model, self.facts, draft_cost, False)
-        self._given, self._tree = draft_cost, None  # the cost given; a greedy tree's sizing and pads (`sizing`), once
-        # asked
+        self._given = draft_cost
+        self._tree = None  # a greedy tree's (cost, tokens, nodes, pads), made at the first one (`sizing`)
         self.sampling_cost = _cost(model, self.facts, None, True)
         self.num_draft_tokens = max(DRAFT_TOKENS, budget(self.chain_cost, DRAFT_TOKENS))
         self.pads = None  # at batch 1 on a measured curve, the drafts a chain step pads to (`CausalLM.pad_to`)
@@ -299,9 +299,9 @@ class Engine:
         rows, target = batch.rows, batch.target
         b = len(rows)
         self.peak = max(self.peak, b)
-        tree = rows[0].tree is not None and rows[0].sampling.greedy and self._tree is not None  # a tree's own curve
-        target.pads = (self._tree[3] if tree else self.pads) if b == 1 else None  # where a wider forward costs less
-        # (measured at batch 1)
+        # where a wider forward costs less (measured at batch 1; a greedy tree's by its own curve)
+        tree = rows[0].tree is not None and rows[0].sampling.greedy and self._tree is not None
+        target.pads = (self._tree[3] if tree else self.pads) if b == 1 else None
         most = getattr(target, "most", None)  # the static step's widest: no row verifies more
         fused = self._fused_for(batch, most)
         if fused is not None:
@@ -315,8 +315,8 @@ class Engine:
         width = self._width(rows, budgets, fill, drafting) if b > 1 else None
         if width is not None:
             fill = width
-        padded = free_widths(target, self._tree[0] if self._tree else self.chain_cost)  # what a greedy tree keeps,
-        # as `generate` sizes its trees
+        # what a greedy tree keeps (by its own curve), as `generate` sizes its trees
+        padded = free_widths(target, self._tree[0] if self._tree else self.chain_cost)
         drafts = [row.draft(n, fill, width if row.sampling.greedy else None, padded) for row, n in zip(rows, budgets)]
         if most is not None:
             drafts = [d.head(most) if len(d) > most else d for d in drafts]
@@ -348,15 +348,14 @@ class Engine:
     def _fused_for(self, batch: Batch, most):
         """The fused step of a batch whose rows are all greedy chains from n-gram or suffix indexes, or all greedy
         trees from suffix or merged indexes, with or without a prediction (a chain's: `_predicted`; a tree drafts
-        it from its index), and one set of eos ids
-        (`_Fused`), kept across steps while the same rows run (made anew after any row joined or left: the batch's
-        arrays are new then; each batch its own: rows that run apart step alone); None for any other batch (its rows
-        draft as the engine's rows do)."""
+        it from its index), and one set of eos ids (`_Fused`), kept across steps while the same rows run (made anew
+        after any row joined or left: the batch's arrays are new then; each batch its own: rows that run apart step
+        alone); None for any other batch (its rows draft as the engine's rows do)."""
         rows = batch.rows
-        kept = self._fused.pop(id(batch), None)
+        kept = self._fused.get(id(batch))
         if kept is not None and kept.batch is batch and batch.settled and kept.rows == rows:
-            self._fused[id(batch)] = kept  # each batch its own (rows that run apart: one a row)
             return kept
+        self._fused.pop(id(batch), None)
         first = rows[0]
         predicting = [k for k, row in enumerate(rows) if row.prediction is not None and len(row.prediction)]
         if any(not row.sampling.greedy or (row.tree is None) != (first.tree is None) or row.index is None

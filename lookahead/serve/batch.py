@@ -1,9 +1,10 @@
 """`ServingLM`: the loop's `CausalLM` whose batch rows come and go while it runs.
 
-A request is prefilled alone (its own `ServingLM`, exactly as `model.generate` prefills it), then `join`s the
-running batch: both caches are left-padded to one length (the padding masked out, each row keeping its own position
-ids), so every row attends to exactly its own tokens. Rows leave with `keep`; slots that no row sees any more are
-dropped from the front (`trim`), so that a batch that never empties does not grow without end.
+A request is prefilled alone (its own `ServingLM`, exactly as `model.generate` prefills it), or with the requests
+that arrived with it (left-padded, as `generate` prefills a batch), then `join`s the running batch: both caches are
+left-padded to one length (the padding masked out, each row keeping its own position ids), so every row attends to
+exactly its own tokens. Rows leave with `keep`; slots that no row sees any more are dropped from the front (`trim`),
+so that a batch that never empties does not grow without end.
 """
 from __future__ import annotations
 
@@ -25,11 +26,12 @@ class ServingLM(CausalLM):
 
     Args:
         model, facts: as `CausalLM`.
-        input_ids: [1, P] one request's prompt (every token real).
+        input_ids: [k, P] requests' prompts, left-padded (one request's: every token real).
+        mask: [k, P] 1 on real tokens (default: all of them).
     """
 
-    def __init__(self, model, facts, input_ids: torch.Tensor):
-        super().__init__(model, facts, input_ids, torch.ones_like(input_ids))
+    def __init__(self, model, facts, input_ids: torch.Tensor, mask: torch.Tensor | None = None):
+        super().__init__(model, facts, input_ids, torch.ones_like(input_ids) if mask is None else mask)
 
     @property
     def rows(self) -> int:

@@ -1,8 +1,9 @@
 """`Engine`: one thread owns the model and steps every running row together (continuous batching); `lookahead serve`
 runs it on the process's first thread (`Engine.run`).
 
-Each turn of the loop: take the rows that arrived (each prefilled alone, then joined to the batch: `ServingLM.join`),
-drop cancelled rows, then one step for all rows of a batch:
+Each turn of the loop: take the rows that arrived (prefilled together, left-padded, where the model's layers allow,
+else each alone, then joined to the batch: `ServingLM.join`), drop cancelled rows, then one step for all rows of a
+batch:
 
     draft (each row's index and policy; in a batch, greedy rows draft at most the step's width, the one with the
     most tokens expected per unit of cost for the whole batch: `policy.batch_width`, and fill up to it: those columns
@@ -228,8 +229,10 @@ class Engine:
         self._gauge()
 
     def _admit(self) -> None:
-        """Prefill the rows that arrived (waiting for one when none runs) and join them to the batch."""
-        while True:
+        """Prefill the rows that arrived (waiting for one when none runs) and join them to the batch: the rows that
+        arrived together in one forward where the model's layers take a left-padded batch (`_together`), at most
+        `PREFILL_TOKENS` padded tokens a forward, else each alone."""
+        while not self._stop.is_set():  # (a stop's None may be drained below)
             if self.rows and self.pending.empty():  # the common turn: nothing arrived (no exception to raise)
                 return
             try:
@@ -238,57 +241,112 @@ class Engine:
                 return
             if row is None:
                 return
-            if row.cancelled:
-                self.freed += 1
-                self._finished(row, "cancelled")
-                continue
-            try:
-                self._prefill(row)
-            except Exception:  # noqa: BLE001: this row's failure is its own
-                logger.exception("lookahead serve: a prefill failed; its row ends with an error")
-                row.close("error")
+            ready = []
+            for row in [row] + _drain(self.pending):
+                if row.cancelled:
+                    self.freed += 1
+                    self._finished(row, "cancelled")
+                    continue
+                try:
+                    self._start(row)
+                    ready.append(row)
+                except Exception:  # noqa: BLE001: this row's failure is its own
+                    logger.exception("lookahead serve: a prefill failed; its row ends with an error")
+                    row.close("error")
+            for group in self._groups(ready):
+                try:
+                    self._prefill(group)
+                except Exception:  # noqa: BLE001: these rows' failure is their own
+                    logger.exception("lookahead serve: a prefill failed; its rows end with an error")
+                    for row in group:
+                        row.close("error")
 
-    def _prefill(self, row) -> None:
+    def _start(self, row) -> None:
+        """Check that the row fits, build its index and policy (`Row.start`)."""
         if self.limit is not None and len(row.prompt) + row.max_new > self.limit:
             raise ValueError(f"a request of {len(row.prompt)} prompt tokens and {row.max_new} new tokens exceeds the "
                              f"{self.limit} tokens a row holds")
         row.start(self.memory, *self.sizing(row), self.facts.device,
                   self.recycled() if row.drafting.lookup in RECYCLING else None)
-        prompt = torch.from_numpy(row.prompt)[None].to(self.facts.device)
+
+    def _groups(self, rows: list) -> list:
+        """The rows, in the groups prefilled together: consecutive rows whose left-padded prompts hold at most
+        `PREFILL_TOKENS` tokens, where the model takes them together (`_together`), else one row each."""
+        if not self._together:
+            return [[row] for row in rows]
+        groups, longest = [], 0
+        for row in rows:
+            longest = max(longest, len(row.prompt))
+            if groups and longest * (len(groups[-1]) + 1) <= PREFILL_TOKENS:
+                groups[-1].append(row)
+            else:
+                groups.append([row])
+                longest = len(row.prompt)
+        return groups
+
+    @property
+    def _together(self) -> bool:
+        """Whether rows that arrive together are prefilled in one forward: a dynamic cache shared by the rows, and
+        attention layers alone (full, windowed, chunked: a left-padded prompt is masked as `generate`'s batches are;
+        no recurrent states, indexer, compressed spans or ALiBi)."""
+        return (self.static is None and self.apart is None and self.facts.alibi is None
+                and all(layer.kind in (FULL, SLIDING, CHUNKED, NONE) for layer in self.facts.layers))
+
+    def _prefill(self, rows: list) -> None:
+        """Prefill `rows` (started; several in one left-padded forward, as `generate` prefills a batch; the static
+        cache's one row, into its one-row state), take each row's first token (learned first by a recycling row's
+        M), and join the rows that go on to the batch."""
         if self.static is not None:  # into the one-row state, joined below
+            row, = rows
             if not self.batches:
                 self.batches.append(Batch(StaticServingLM(self.model, self.facts, self.limit, *self.static,
                                                           prefill=self._prefill_state)))
                 self._prefill_state = self.target.pre
             one = self.target
-            logits = one.prefill_row(prompt, self.stats)[0, -1:]  # [1, V]
+            prompt = torch.from_numpy(row.prompt)[None].to(self.facts.device)
+            logits = one.prefill_row(prompt, self.stats)[:, -1:]  # [1, 1, V]
         else:
-            one = ServingLM(self.model, self.facts, prompt)
-            logits = one.prefill(self.stats)[0]  # [1, V]
+            width = max(len(row.prompt) for row in rows)
+            ids, mask = np.zeros((2, len(rows), width), dtype=np.int64)
+            for i, row in enumerate(rows):  # left-padded
+                ids[i, width - len(row.prompt):], mask[i, width - len(row.prompt):] = row.prompt, 1
+            one = ServingLM(self.model, self.facts, torch.from_numpy(ids).to(self.facts.device),
+                            torch.from_numpy(mask).to(self.facts.device))
+            logits = one.prefill(self.stats)  # [k, 1, V]
         if self.metrics is not None:
             self.metrics.forwards.inc()
-            self.metrics.prompt_tokens.inc(len(row.prompt))
-        row.stats.add_forward(1)
-        token = int(argmax_rows(logits[None], torch.zeros(1, dtype=torch.long), 1)[0, 0]) if row.sampling.greedy \
-            else int(torch.multinomial(torch.softmax(row.sampling.warp(logits), -1), 1, generator=row.generator))
-        if row.recycles:  # the prefill's predictions after the prompt, learned before the index takes its token
-            ids, probs = (np.ascontiguousarray(t.numpy()) for t in top_k(logits, self._recycled.k))
-            row.index.observe(_NONE, _NONE, 0, ids, probs)
-        if row.advance([token]):
-            self._finished(row, row.finish)
+            self.metrics.prompt_tokens.inc(sum(len(row.prompt) for row in rows))
+        going = []  # (batch row of `one`, row, first token) of the rows that go on
+        for i, row in enumerate(rows):
+            row.stats.add_forward(1)
+            token = int(argmax_rows(logits[i:i + 1], torch.zeros(1, dtype=torch.long), 1)[0, 0]) \
+                if row.sampling.greedy else \
+                int(torch.multinomial(torch.softmax(row.sampling.warp(logits[i]), -1), 1, generator=row.generator))
+            if row.recycles:  # the prefill's predictions after the prompt, learned before the index takes its token
+                ids, probs = (np.ascontiguousarray(t.numpy()) for t in top_k(logits[i], self._recycled.k))
+                row.index.observe(_NONE, _NONE, 0, ids, probs)
+            if row.advance([token]):
+                self._finished(row, row.finish)
+            else:
+                going.append((i, row, token))
+        if not going:
             if one is not self.target:
                 one.close()  # its hooks (recurrent states) leave the model with it
             return
         if self.static is not None:
             batch = self.batches[0]
             batch.target.join()
-        elif self.apart is not None or not self.batches:
-            batch = Batch(one)
-            self.batches.append(batch)
         else:
-            batch = self.batches[0]
-            batch.target.join(one)
-        batch.admit(row, token)
+            if len(going) < len(rows):
+                one.keep([i for i, _, _ in going])
+            if self.apart is not None or not self.batches:
+                batch = Batch(one)
+                self.batches.append(batch)
+            else:
+                batch = self.batches[0]
+                batch.target.join(one)
+        for _, row, token in going:
+            batch.admit(row, token)
 
     def _step(self, batch: Batch) -> None:
         # `StepTimes` prices the whole step, from the drafts to each row's advance: the host's work grows with the
@@ -580,6 +638,7 @@ class _Fused:
 
 
 MAX_MODEL_LEN = 4096  # the static cache's tokens per row when max_model_len is not given and the model allows more
+PREFILL_TOKENS = 8192  # the most left-padded prompt tokens of the rows prefilled in one forward
 _NONE = np.zeros(0, dtype=np.int64)  # the prefill's draft: no tokens, no parents
 
 

@@ -229,9 +229,9 @@ class Engine:
         self._gauge()
 
     def _admit(self) -> None:
-        """Prefill the rows that arrived (waiting for one when none runs) and join them to the batch: the rows that
-        arrived together in one forward where the model's layers take a left-padded batch (`_together`), at most
-        `PREFILL_TOKENS` padded tokens a forward, else each alone."""
+        """Prefill the rows that arrived (waiting for one when none runs) and join them to the batch: rows that
+        arrived together with prompts of about one length in one forward where the model's layers take a left-padded
+        batch (`_groups`), else each alone."""
         while not self._stop.is_set():  # (a stop's None may be drained below)
             if self.rows and self.pending.empty():  # the common turn: nothing arrived (no exception to raise)
                 return
@@ -270,18 +270,22 @@ class Engine:
                   self.recycled() if row.drafting.lookup in RECYCLING else None)
 
     def _groups(self, rows: list) -> list:
-        """The rows, in the groups prefilled together: consecutive rows whose left-padded prompts hold at most
-        `PREFILL_TOKENS` tokens, where the model takes them together (`_together`), else one row each."""
+        """The rows in the groups prefilled together, where the model takes them together (`_together`; else one row
+        each): by prompt length, each group's left-padded prompts at most `PREFILL_TOKENS` tokens, of which at most
+        `PREFILL_PADDING` padding. A padded token costs what a real one does: on this CPU 4 SmolLM2 prompts of 98 to
+        938 tokens took 4.6-5.0 s padded together against 2.4 s alone, 4 of 938 tokens 4.2-4.3 s either way, 4 of 98
+        0.40 s against 0.52-0.55 alone."""
         if not self._together:
             return [[row] for row in rows]
-        groups, longest = [], 0
-        for row in rows:
-            longest = max(longest, len(row.prompt))
-            if groups and longest * (len(groups[-1]) + 1) <= PREFILL_TOKENS:
+        groups, real = [], 0
+        for row in sorted(rows, key=lambda row: len(row.prompt)):
+            n = len(row.prompt)  # the longest so far: the group's width
+            if groups and n * (len(groups[-1]) + 1) <= min(PREFILL_TOKENS, (1 + PREFILL_PADDING) * (real + n)):
                 groups[-1].append(row)
+                real += n
             else:
                 groups.append([row])
-                longest = len(row.prompt)
+                real = n
         return groups
 
     @property
@@ -639,6 +643,7 @@ class _Fused:
 
 MAX_MODEL_LEN = 4096  # the static cache's tokens per row when max_model_len is not given and the model allows more
 PREFILL_TOKENS = 8192  # the most left-padded prompt tokens of the rows prefilled in one forward
+PREFILL_PADDING = 0.1  # the most padding of those, as a share of their real tokens
 _NONE = np.zeros(0, dtype=np.int64)  # the prefill's draft: no tokens, no parents
 
 

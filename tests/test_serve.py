@@ -913,8 +913,8 @@ def test_a_lone_row_drafts_as_generate_does_by_the_curve_it_measures(reference, 
 def test_rows_that_arrive_together_are_prefilled_in_one_forward(reference, monkeypatch):
     """Rows that arrive together with prompts of one length (a greedy chain row, a tree row, one whose answer ends at
     its first token, a sampling row, a recycling row) are prefilled in one forward and joined to a running row's
-    batch, a row whose prompt is three times as long in one of its own (its padding would cost more than
-    `PREFILL_PADDING`): the greedy rows give greedy's tokens, the row of one token ends at the prefill, the sampling
+    batch, a row whose prompt is three times as long in one of its own (padding costs more than its tokens): the
+    greedy rows give greedy's tokens, the row of one token ends at the prefill, the sampling
     row with its seed gives what it gives alone; `PREFILL_TOKENS` splits rows into forwards."""
     from lookahead.serve import engine as E
     from lookahead.serve.batch import ServingLM
@@ -923,7 +923,8 @@ def test_rows_that_arrive_together_are_prefilled_in_one_forward(reference, monke
     model, tok = reference
     prefills = []
     prefill = ServingLM.prefill
-    monkeypatch.setattr(ServingLM, "prefill", lambda self, stats: prefills.append(len(self.pos)) or prefill(self, stats))
+    monkeypatch.setattr(ServingLM, "prefill",
+                        lambda self, stats: prefills.append(len(self.pos)) or prefill(self, stats))
     prompts = [np.array((prompt_ids(reference, text) * 4)[:40], dtype=np.int64) for text in PROMPTS[:3]]
     long = np.concatenate(prompts)
 

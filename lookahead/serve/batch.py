@@ -1,10 +1,10 @@
 """`ServingLM`: the loop's `CausalLM` whose batch rows come and go while it runs.
 
-A request is prefilled alone (its own `ServingLM`, exactly as `model.generate` prefills it), or with the requests
-that arrived with it (left-padded, as `generate` prefills a batch), then `join`s the running batch: both caches are
-left-padded to one length (the padding masked out, each row keeping its own position ids), so every row attends to
-exactly its own tokens. Rows leave with `keep`; slots that no row sees any more are dropped from the front (`trim`),
-so that a batch that never empties does not grow without end.
+A request is prefilled alone (its own `ServingLM`, exactly as `model.generate` prefills it), or with the requests of as
+long prompts that arrived with it, then `join`s the running batch: both caches are left-padded to one length (the
+padding masked out, each row keeping its own position ids), so every row attends to exactly its own tokens. Rows leave
+with `keep`; slots that no row sees any more are dropped from the front (`trim`), so that a batch that never empties
+does not grow without end.
 """
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
 """`Engine`: one thread owns the model and steps every running row together (continuous batching); `lookahead serve`
 runs it on the process's first thread (`Engine.run`).
 
-Each turn of the loop: take the rows that arrived (prefilled together, left-padded, where the model's layers allow,
-else each alone, then joined to the batch: `ServingLM.join`), drop cancelled rows, then one step for all rows of a
-batch:
+Each turn of the loop: take the rows that arrived (those with prompts as long prefilled together where the model's
+layers allow, else each alone; then joined to the batch: `ServingLM.join`), drop cancelled rows, then one step for all
+rows of a batch:
 
     draft (each row's index and policy; in a batch, greedy rows draft at most the step's width, the one with the
     most tokens expected per unit of cost for the whole batch: `policy.batch_width`, and fill up to it: those columns
@@ -230,8 +230,8 @@ class Engine:
 
     def _admit(self) -> None:
         """Prefill the rows that arrived (waiting for one when none runs) and join them to the batch: rows that
-        arrived together with prompts of about one length in one forward where the model's layers take a left-padded
-        batch (`_groups`), else each alone."""
+        arrived together with prompts as long in one forward where the model's layers allow (`_groups`), else each
+        alone."""
         while not self._stop.is_set():  # (a stop's None may be drained below)
             if self.rows and self.pending.empty():  # the common turn: nothing arrived (no exception to raise)
                 return
@@ -271,35 +271,31 @@ class Engine:
 
     def _groups(self, rows: list) -> list:
         """The rows in the groups prefilled together, where the model takes them together (`_together`; else one row
-        each): by prompt length, each group's left-padded prompts at most `PREFILL_TOKENS` tokens, of which at most
-        `PREFILL_PADDING` padding. A padded token costs what a real one does: on this CPU 4 SmolLM2 prompts of 98 to
-        938 tokens took 4.6-5.0 s padded together against 2.4 s alone, 4 of 938 tokens 4.2-4.3 s either way, 4 of 98
-        0.40 s against 0.52-0.55 alone."""
+        each): rows whose prompts are as long, at most `PREFILL_TOKENS` tokens a group. Padding costs more than its
+        tokens: a padded batch's attention takes the masked path (on this CPU SmolLM2 prompts of 817 and 938 tokens
+        took 2.38-2.47 s together against 1.90-1.91 s alone; 4 of 98 to 938 tokens 4.6-5.0 s against 2.4 s), where
+        prompts as long take 4.2-4.3 s either way at 938 tokens, and 0.40 s against 0.52-0.55 s at 98."""
         if not self._together:
             return [[row] for row in rows]
-        groups, real = [], 0
-        for row in sorted(rows, key=lambda row: len(row.prompt)):
-            n = len(row.prompt)  # the longest so far: the group's width
-            if groups and n * (len(groups[-1]) + 1) <= min(PREFILL_TOKENS, (1 + PREFILL_PADDING) * (real + n)):
-                groups[-1].append(row)
-                real += n
-            else:
-                groups.append([row])
-                real = n
-        return groups
+        groups = {}
+        for row in rows:
+            same = groups.setdefault(len(row.prompt), [[]])
+            if len(row.prompt) * (len(same[-1]) + 1) > PREFILL_TOKENS:
+                same.append([])
+            same[-1].append(row)
+        return [group for same in groups.values() for group in same if group]
 
     @property
     def _together(self) -> bool:
         """Whether rows that arrive together are prefilled in one forward: a dynamic cache shared by the rows, and
-        attention layers alone (full, windowed, chunked: a left-padded prompt is masked as `generate`'s batches are;
-        no recurrent states, indexer, compressed spans or ALiBi)."""
+        attention layers alone (full, windowed, chunked; no recurrent states, indexer, compressed spans or ALiBi)."""
         return (self.static is None and self.apart is None and self.facts.alibi is None
                 and all(layer.kind in (FULL, SLIDING, CHUNKED, NONE) for layer in self.facts.layers))
 
     def _prefill(self, rows: list) -> None:
-        """Prefill `rows` (started; several in one left-padded forward, as `generate` prefills a batch; the static
-        cache's one row, into its one-row state), take each row's first token (learned first by a recycling row's
-        M), and join the rows that go on to the batch."""
+        """Prefill `rows` (started; several in one forward, left-padded as `generate` prefills a batch, though
+        `_groups` gives prompts as long; the static cache's one row, into its one-row state), take each row's first
+        token (learned first by a recycling row's M), and join the rows that go on to the batch."""
         if self.static is not None:  # into the one-row state, joined below
             row, = rows
             if not self.batches:
@@ -642,8 +638,7 @@ class _Fused:
 
 
 MAX_MODEL_LEN = 4096  # the static cache's tokens per row when max_model_len is not given and the model allows more
-PREFILL_TOKENS = 8192  # the most left-padded prompt tokens of the rows prefilled in one forward
-PREFILL_PADDING = 0.1  # the most padding of those, as a share of their real tokens
+PREFILL_TOKENS = 8192  # the most prompt tokens of the rows prefilled in one forward
 _NONE = np.zeros(0, dtype=np.int64)  # the prefill's draft: no tokens, no parents
 
 

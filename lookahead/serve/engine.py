@@ -323,8 +323,8 @@ class Engine:
                 if row.sampling.greedy else \
                 int(torch.multinomial(torch.softmax(row.sampling.warp(logits[i]), -1), 1, generator=row.generator))
             if row.recycles:  # the prefill's predictions after the prompt, learned before the index takes its token
-                ids, probs = (np.ascontiguousarray(t.numpy()) for t in top_k(logits[i], self._recycled.k))
-                row.index.observe(_NONE, _NONE, 0, ids, probs)
+                top, probs = (np.ascontiguousarray(t.numpy()) for t in top_k(logits[i], self._recycled.k))
+                row.index.observe(_NONE, _NONE, 0, top, probs)
             if row.advance([token]):
                 self._finished(row, row.finish)
             else:

@@ -51,17 +51,16 @@ def fused(target, rows, run, max_new: int, clock):
 def for_rows(target, indexes: list, lengths: list, eos, max_new: int, stats, widths=None, trees=None,
              width: int = 0):
     """A fused step for greedy rows driven from outside `generate` (the server's engine, `start` and `step` one step
-    at a time): the rows' indexes (all `NgramIndex`es or all `SuffixIndex`es; for trees, all `SuffixIndex`es or all
-    `RecycleIndex`es merged with one over one `Recycled`, which the step's kernel teaches each forward's top-k,
-    `FusedRecycleTrees`), their own `DraftLength`s (one row's as
+    at a time): the rows' indexes (all `NgramIndex`es or all `SuffixIndex`es), their own `DraftLength`s (one row's as
     it is, several stacked, `policy.Stacked`: the kernels teach each row's), their eos ids (any collection: `_Fused`
     sorts them into the kernels' array), most new tokens, the stats their forwards count in, and `widths`: what the
     batch's step costs at each draft width, [most draft tokens + 1], which the caller may rewrite before each step
     (`_fused_kernels._batch_cut`; None: each row drafts what its policy asks). `trees`: each row's `TreeSizing`, for
-    rows drafting trees from `SuffixIndex`es (`FusedTrees`; several stacked, `sizing.StackedTrees`: each row's policy
-    and calibration taught there; `lengths` and `widths` unread). `width`: the chain draft buffers' width at least
-    (the caller may write drafts of its own there before a step: a lone row's prediction, `serve.engine`). None
-    where no fused step takes the indexes, their sizings or the target."""
+    rows drafting trees from `SuffixIndex`es (`FusedTrees`) or from `RecycleIndex`es merged with one over one
+    `Recycled`, which the step's kernel teaches each forward's top-k (`FusedRecycleTrees`); several stacked
+    (`sizing.StackedTrees`: each row's policy and calibration taught there; `lengths` and `widths` unread). `width`:
+    the chain draft buffers' width at least (the caller may write drafts of its own there before a step: rows'
+    predictions, `serve.engine`). None where no fused step takes the indexes, their sizings or the target."""
     first = type(indexes[0])
     same = all(type(ix) is first for ix in indexes)
     if trees is not None:

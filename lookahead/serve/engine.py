@@ -49,7 +49,7 @@ from ..decode.calibrate import budget, draft_cost, free_widths
 from ..decode.engine import Batch
 from ..decode.fused import for_rows
 from ..decode.policy import CostCurve, StepTimes, batch_width
-from ..decode.recycling import table_for, top_k
+from ..decode.recycling import Recycling, table_for, top_k
 from ..decode.settings import DRAFT_NODES, DRAFT_TOKENS, GenerationStats, make_settings
 from ..index.build import RECYCLING
 from ..index.recycle import Recycled
@@ -143,7 +143,8 @@ class Engine:
         self.freed = 0  # cancelled rows dropped from the batch (or never prefilled)
         self.peak = 0  # most rows a step has verified together
         self._fused: dict = {}  # id(batch) -> the fused step of that batch of greedy rows (`_Fused`)
-        self._recycled = None  # M of the recycling rows (`recycled`), made at the first one
+        self._recycled = self._recycling = None  # M of the recycling rows and its `Recycling` (`recycled`), made at
+        # the first one
         self._stop = threading.Event()
         context = contextvars.copy_context()  # the loop runs in its creator's context (the kernels' tier: `_jit`)
         self._thread = threading.Thread(target=context.run, args=(self._run,), name="lookahead-engine", daemon=True)
@@ -387,10 +388,7 @@ class Engine:
         top = [] if any(row.recycles for row in rows) else None  # the step's top-k after every column, if wanted
         _, verdict = batch.step(drafted, lambda d, logits: self._accept(rows, d, logits, top), self.stats)
         if top:  # recycling rows learn the step's predictions before their indexes take its tokens
-            ids, probs = (np.ascontiguousarray(t.numpy()) for t in top[0])
-            for i, row in enumerate(rows):
-                if row.recycles:
-                    row.index.observe(drafted.tokens[i], drafted.parents[i], int(drafted.sizes[i]), ids[i], probs[i])
+            self._recycling.learn(top[0], [row.index if row.recycles else None for row in rows], drafted)
         gained = verdict.gained(drafted)
         if self.metrics is not None:
             self.metrics.forwards.inc()
@@ -559,6 +557,7 @@ class Engine:
         the memory's (`Memory.recycled`), or the engine's own, made at the first such row."""
         if self._recycled is None:
             self._recycled = table_for(self.model, self.facts, self.memory)
+            self._recycling = Recycling(self._recycled.k)  # what a step takes from each forward for it, and teaches
         return self._recycled
 
     def _told(self, rows: int, paying: bool, drafted: float, plain: float) -> None:
@@ -579,9 +578,9 @@ class Engine:
     def _accept(self, rows: list, batch: DraftBatch, logits: torch.Tensor, top: list | None = None) -> Verdict:
         """Each row's accepted path and next token (`rules.by_row`): greedy rows together, sampling rows each with
         its own rule and generator; with a list `top`, the top-k after every column first, into it (for the rows
-        that recycle: `recycling.top_k`)."""
+        that recycle: `Recycling.launch`)."""
         if top is not None:
-            top.append(top_k(logits, self._recycled.k))
+            top.append(self._recycling.launch(logits))
         greedy = np.array([i for i, row in enumerate(rows) if row.sampling.greedy], dtype=np.int64)
         return by_row(batch, logits, greedy, lambda i: rows[i].pick(logits[i], batch.drafts[i]))
 

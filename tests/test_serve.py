@@ -531,7 +531,7 @@ def _turned(engine, rows: list) -> list:
     try:
         with torch.inference_mode():
             while not all(row.done for row in rows):
-                engine._turn()
+                engine._turn(wait=False)  # (rows that all ended at their prefill leave none running)
     finally:
         engine.stop()
     return rows
@@ -542,6 +542,29 @@ def greedy_ids(reference, prompt: np.ndarray, max_new: int) -> list:
     with torch.inference_mode():
         out = reference[0].generate(torch.as_tensor(prompt)[None], max_new_tokens=max_new, do_sample=False)
     return out[0, len(prompt):].tolist()
+
+
+@pytest.mark.parametrize("draft", ["chain", "tree"])
+def test_a_static_row_asking_more_than_a_step_verifies_takes_the_fused_step(reference, monkeypatch, draft):
+    """A static cache's step verifies at most `most` (63) draft tokens or nodes a row: a request asking for 64 has
+    its budget cut to that when it starts, so that it takes `generate`'s fused step as any other row, with greedy's
+    tokens."""
+    from lookahead.serve.batch import StaticServingLM
+    from lookahead.serve.engine import Engine
+    from lookahead.serve.row import Drafting, Row, Sampling
+
+    model, tok = reference
+    fused = []
+    step = Engine._step_fused
+    monkeypatch.setattr(Engine, "_step_fused", lambda self, f, *a: fused.append(len(f.rows)) or step(self, f, *a))
+    prompt = np.array(prompt_ids(reference, PROMPTS[0]) * 3, dtype=np.int64)
+    drafting = Drafting(lookup="suffix", draft=draft, num_draft_tokens=64 if draft == "chain" else None,
+                        max_draft_nodes=64 if draft == "tree" else None)
+    row = Row(prompt, 30, (), Sampling(0.0), drafting, tok)
+    _turned(Engine(model, draft_cost=(0.0, 0.05), cache_implementation="static", max_model_len=256), [row])
+    assert row.out == greedy_ids(reference, prompt, 30)
+    assert (row.length.max_tokens if draft == "chain" else row.tree.max_nodes) == StaticServingLM.most == 63
+    assert fused and row.stats.draft_tokens > 0
 
 
 def test_the_static_cache_refuses_what_it_cannot_hold(reference):

@@ -211,11 +211,12 @@ class Engine:
                 row.close("cancelled")
             self._release()
 
-    def _turn(self) -> None:
+    def _turn(self, wait: bool = True) -> None:
         """One turn of the loop. A step that fails ends the rows of its batch with an error (their clients hear
-        of it) and the loop goes on with the other batches' rows and the rows that arrive next."""
+        of it) and the loop goes on with the other batches' rows and the rows that arrive next. `wait`: with no row
+        running, wait for one to arrive (the server's loop); False: return (a caller that turns the loop itself)."""
         with tier(SERVED):  # numba's kernels, or their Python twins while numba compiles them (`lookahead.runtime.jit`)
-            self._admit()
+            self._admit(wait)
             for batch in list(self.batches):
                 try:
                     self._drop(batch, [row.cancelled or row.done for row in batch.rows])
@@ -229,15 +230,15 @@ class Engine:
                         self._release(batch)
         self._gauge()
 
-    def _admit(self) -> None:
-        """Prefill the rows that arrived (waiting for one when none runs) and join them to the batch: rows that
-        arrived together with prompts as long in one forward where the model's layers allow (`_groups`), else each
-        alone."""
+    def _admit(self, wait: bool = True) -> None:
+        """Prefill the rows that arrived (with `wait`, waiting for one when none runs) and join them to the batch:
+        rows that arrived together with prompts as long in one forward where the model's layers allow (`_groups`),
+        else each alone."""
         while not self._stop.is_set():  # (a stop's None may be drained below)
-            if self.rows and self.pending.empty():  # the common turn: nothing arrived (no exception to raise)
-                return
+            if (self.rows or not wait) and self.pending.empty():  # the common turn: nothing arrived (no exception
+                return  # to raise)
             try:
-                row = self.pending.get(block=not self.rows)
+                row = self.pending.get(block=wait and not self.rows)
             except queue.Empty:
                 return
             if row is None:
@@ -263,12 +264,14 @@ class Engine:
                         row.close("error")
 
     def _start(self, row) -> None:
-        """Check that the row fits, build its index and policy (`Row.start`)."""
+        """Check that the row fits, build its index and policy (`Row.start`; on the static cache its budgets cut to
+        what a step verifies for a row, so that it may take the fused step)."""
         if self.limit is not None and len(row.prompt) + row.max_new > self.limit:
             raise ValueError(f"a request of {len(row.prompt)} prompt tokens and {row.max_new} new tokens exceeds the "
                              f"{self.limit} tokens a row holds")
         row.start(self.memory, *self.sizing(row), self.facts.device,
-                  self.recycled() if row.drafting.lookup in RECYCLING else None)
+                  self.recycled() if row.drafting.lookup in RECYCLING else None,
+                  StaticServingLM.most if self.static is not None else None)
 
     def _groups(self, rows: list) -> list:
         """The rows in the groups prefilled together, where the model takes them together (`_together`; else one row

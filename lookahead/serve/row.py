@@ -105,18 +105,23 @@ class Row:
         """Whether the row drafts from recycled predictions (`RecycleIndex`): it learns from every forward's top-k."""
         return isinstance(self.index, RecycleIndex)
 
-    def start(self, memory, cost, num_draft_tokens: int, max_draft_nodes: int, device, recycled=None) -> None:
+    def start(self, memory, cost, num_draft_tokens: int, max_draft_nodes: int, device, recycled=None,
+              most: int | None = None) -> None:
         """Build the row's index (its prediction, then its prompt, over the memory's tokens; for a recycling lookup
         over `recycled`, the server's `Recycled`), draft policy and generator; called in the engine's thread, which
         alone touches the memory. `cost`, `num_draft_tokens`, `max_draft_nodes`: the row's cost model and the
-        budgets its request leaves unset (`Engine.sizing`)."""
+        budgets its request leaves unset (`Engine.sizing`); `most`: the most draft tokens or nodes a step verifies
+        for a row (the static step's widest), which the request's own budgets are cut to, or None."""
         d = self.drafting
         n = num_draft_tokens if d.num_draft_tokens is None else d.num_draft_tokens
+        nodes = max_draft_nodes if d.max_draft_nodes is None else d.max_draft_nodes
+        if most is not None:
+            n, nodes = min(n, most), min(nodes, most)
         documents = [[self.prediction]] if self.prediction is not None and len(self.prediction) else None
         self.index = row_indexes(d.lookup, d.max_ngram, d.min_ngram, [self.prompt], documents, memory, n,
                                  recycled)[0]
         if d.draft == "tree":
-            self.tree = TreeSizing(max_draft_nodes if d.max_draft_nodes is None else d.max_draft_nodes, n, cost)
+            self.tree = TreeSizing(nodes, n, cost)
         self.length = self.tree.length if self.tree is not None else DraftLength(n, cost)
         if not self.sampling.greedy:
             self.generator = torch.Generator(device=device)

@@ -13,6 +13,7 @@ threads, which on this 2-core machine take the cores the engine needs (`benchmar
 server).
 
     python benchmarks/serve_load.py --clients 1 4 16 32 64 --rounds 2
+    python benchmarks/serve_load.py --workloads code-edit --prediction --clients 4 16 64 --rounds 2
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 from serve import DATA, jobs
 
@@ -36,11 +38,14 @@ from lookahead.serve.engine import Engine
 from lookahead.serve.row import Drafting, Row, Sampling
 
 
-def level(engine: Engine, prompts: list, clients: int, max_new: int, lookup: str, tok) -> dict:
-    """Submit `clients` rows at once (prompts cycled), wait for all: tokens, seconds, the steps and their seconds."""
+def level(engine: Engine, prompts: list, clients: int, max_new: int, lookup: str, tok, predictions=None) -> dict:
+    """Submit `clients` rows at once (prompts cycled, each with its prediction from `predictions` where given), wait
+    for all: tokens, seconds, the steps and their seconds."""
     done = []
+    predictions = predictions or [None] * len(prompts)
     rows = [Row(prompts[k % len(prompts)], max_new, (tok.eos_token_id,), Sampling(0.0), Drafting(lookup=lookup), tok,
-                emit=lambda event: event[0] == "done" and done.append(1)) for k in range(clients)]
+                prediction=predictions[k % len(prompts)], emit=lambda event: event[0] == "done" and done.append(1))
+            for k in range(clients)]
     steps = []
     step = engine._step
 
@@ -79,6 +84,9 @@ def main() -> None:
     p.add_argument("--no-warm", action="store_true", help="skip compiling the kernels first (the steps may then run "
                    "their Python twins: a check that the script runs, not a timing)")
     p.add_argument("--data", type=Path, default=DATA)
+    p.add_argument("--prediction", action="store_true", help="send each request's prediction (code edit: the "
+                   "original file), as a client of Predicted Outputs does, in both modes (\"lookup\": \"none\" "
+                   "drafts nothing from it)")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     keep_freed_memory()  # as `lookahead serve` does first (`server.configure`)
@@ -86,8 +94,12 @@ def main() -> None:
     if not args.no_warm:
         subprocess.run([sys.executable, "-m", "lookahead.warm"], check=True)
     model, tok, _ = models.load(args.model)
-    prompts = [chat_ids(tok, messages) for _, messages, _ in  # as the server tokenizes
-               jobs(args.workloads, args.per_workload, args.max_prompt, tok, args.data)]
+    chosen = jobs(args.workloads, args.per_workload, args.max_prompt, tok, args.data)
+    prompts = [chat_ids(tok, messages) for _, messages, _ in chosen]  # as the server tokenizes
+    predictions = None  # as the server tokenizes a request's prediction
+    if args.prediction:
+        predictions = [None if text is None else np.asarray(tok(text, add_special_tokens=False)["input_ids"],
+                                                            dtype=np.int64) for _, _, text in chosen]
     engine = Engine(model)
     print(f"# {len(prompts)} prompts, {args.max_new} new tokens, {args.threads} threads, load "
           f"{os.getloadavg()[0]:.2f}, {platform.processor() or platform.machine()}", flush=True)
@@ -99,7 +111,7 @@ def main() -> None:
             for r in range(args.rounds):
                 for clients in args.clients:
                     for lookup in (("ngram", "none") if r % 2 == 0 else ("none", "ngram")):
-                        out = level(engine, prompts, clients, args.max_new, lookup, tok)
+                        out = level(engine, prompts, clients, args.max_new, lookup, tok, predictions)
                         results.setdefault((clients, lookup), []).append(out)
                         print(f"round {r + 1} clients {clients:3d} {lookup:6s}: {out['tok_per_s']:6.2f} tok/s, "
                               f"{out['tokens']} tokens in {out['seconds']:.1f} s, {out['steps']} steps in "

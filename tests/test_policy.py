@@ -296,8 +296,9 @@ def test_step_times_follow_the_steps_timed():
 
 
 def test_drafting_that_loses_stops_but_for_a_probe():
-    """Where steps with drafts gave fewer tokens per second than plain steps, a batch size decodes plainly, but for
-    one step in `PROBE`, which may find drafting paying again; where they pay, one step in `PROBE` is plain."""
+    """Where steps with drafts gave fewer tokens per second than plain steps (by `LOSS` or more: a near tie goes on
+    drafting), a batch size decodes plainly, but for one step in `PROBE`, which may find drafting paying again;
+    where they pay, one step in `PROBE` is plain."""
     from lookahead.decode.policy import StepTimes
 
     times = StepTimes((0.0, 0.05), weight=1.0)
@@ -308,3 +309,7 @@ def test_drafting_that_loses_stops_but_for_a_probe():
     times.record(8, 4, 0.24, 40)  # a probe that paid: 167 per second
     asked = [times.drafts(8) for _ in range(times.PROBE)]
     assert sum(asked) == times.PROBE - 1
+    times.record(8, 4, 0.4, 19)  # 47.5 tokens per second, 5% fewer than plain steps: within the averages' noise,
+    assert times.drafts(8)  # drafting goes on
+    times.record(8, 4, 0.4, 17)  # 42.5, 15% fewer: it stops
+    assert not times.drafts(8)

@@ -180,9 +180,9 @@ class StepTimes:
 
     PROBE = 8  # every PROBE-th step of a batch size goes the other way (plain where drafts pay, and the reverse)
     LOSS = 0.1  # drafting stops where steps with drafts gave at least this share fewer tokens per second than plain
-    # ones. Nearer, the averages' noise decided, and stopping lost: SmolLM2 on this CPU, 4 code edits with their
-    # predictions, 67.5-70.3 tok/s cut at 2.7% against 73.4-74.2 never cut; 16 and 64 requests without, no
-    # difference (57.3 / 58.2, 61.2 / 61.3), as `batch_width` already verified few drafts there
+    # ones. Nearer (cuts came at 0.4% to 2.7% apart), the averages' noise decided, and stopping lost: 4 SmolLM2
+    # requests (`benchmarks/serve_load.py`) 1.06x `"lookup": "none"` twice against 1.02x and 1.05x, 4 stories260K
+    # rows (`serve_step.py --rows 4`) 165 forwards against 181; 16 requests the same either way
 
     def __init__(self, cost, weight: float = 0.2, timed: bool = True, told=None):
         cost = as_cost(cost)

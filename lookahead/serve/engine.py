@@ -235,8 +235,9 @@ class Engine:
         rows that arrived together with prompts as long in one forward where the model's layers allow (`_groups`),
         else each alone."""
         while not self._stop.is_set():  # (a stop's None may be drained below)
-            if (self.rows or not wait) and self.pending.empty():  # the common turn: nothing arrived (no exception
-                return  # to raise)
+            # the common turn: nothing arrived (no exception to raise)
+            if (self.rows or not wait) and self.pending.empty():
+                return
             try:
                 row = self.pending.get(block=wait and not self.rows)
             except queue.Empty:

@@ -527,7 +527,7 @@ class Engine:
         of cost for the whole batch (`policy.batch_width`; every row computes the widest row's columns, and at a
         large batch a step costs what all its tokens cost), the costs as this engine's steps were timed
         (`policy.StepTimes`), at least what sampling rows draft (theirs are their own: a seed replays); only that where
-        `drafting` is False (a plain step first, or drafting gave fewer tokens per second than plain steps at this
+        `drafting` is False (a plain step first, or drafting gave 10% fewer tokens per second than plain steps at this
         batch size: `StepTimes.drafts`, asked once a step); None (each row as it asks) when a row drafts a tree."""
         if not drafting:
             return max((row.outlook(n, fill)[1] for row, n in zip(rows, budgets) if not row.sampling.greedy),

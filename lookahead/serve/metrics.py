@@ -27,8 +27,8 @@ class Metrics:
         self.acceptance = Gauge("lookahead_acceptance_rate", "Accepted / verified draft tokens so far, by lookup "
                                 "('all': every row)", ["lookup"], registry=r)
         self.drafting = Gauge("lookahead_drafting", "1 where the engine's steps of up to this many rows verify "
-                              "drafts, 0 where steps with drafts gave fewer tokens per second than plain steps there "
-                              "and drafting is cut (one step in 8 still tries)", ["rows"], registry=r)
+                              "drafts, 0 where steps with drafts gave 10% fewer tokens per second than plain steps "
+                              "there and drafting is cut (one step in 8 still tries)", ["rows"], registry=r)
         self.queue = Gauge("lookahead_queue_depth", "Rows waiting for their prefill", registry=r)
         self.running = Gauge("lookahead_running_rows", "Rows in the running batch", registry=r)
         self.ttft = Histogram("lookahead_time_to_first_token_seconds", "From arrival to the first token",

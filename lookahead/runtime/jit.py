@@ -48,7 +48,8 @@ KINDS = (("ngram", "chain", 1, "dynamic", "greedy"), SERVED, ("ngram", "chain", 
          ("suffix", "tree", 2, "dynamic", "greedy"), ("suffix+recycle", "tree", 1, "dynamic", "greedy"),
          ("suffix+recycle", "tree", 2, "dynamic", "greedy"), ("recycle", "tree", 1, "dynamic", "greedy"),
          ("ngram", "chain", 1, "dynamic", "sample"), ("ngram", "chain", 1, "static", "greedy"),
-         ("suffix", "tree", 1, "static", "greedy"), ("ngram", "chain", 2, "static", "greedy"))  # a static batch: `generate`'s default on CUDA
+         ("suffix", "tree", 1, "static", "greedy"),
+         ("ngram", "chain", 2, "static", "greedy"))  # a static batch: `generate`'s default on CUDA
 SCRATCH = "lookahead-jit-"  # the prefix of the background compiler's own cache folder
 _TWINS: contextvars.ContextVar = contextvars.ContextVar("lookahead_twins", default=None)  # None: numba's kernels
 _COMPILED: contextvars.ContextVar = contextvars.ContextVar("lookahead_compiled", default=False)

@@ -19,12 +19,14 @@ import functools
 import os
 
 import numpy as np
+import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import families as F
 import fuzz_generate
+from graphs import cpu_graphs
 from lookahead import Memory
 from lookahead._checks import LOOKUPS, TREE_LOOKUPS
 from lookahead.model.facts import ModelFacts, tree_refusal
@@ -119,7 +121,7 @@ def loads(draw) -> dict:
     name = draw(st.sampled_from(MODELS))
     dtype = draw(st.sampled_from([torch.float32] if name in PEAKED else [torch.float32, torch.float64]))
     vocab = _model(name).config.vocab_size
-    cache = draw(st.sampled_from(["dynamic", "static"]))
+    cache = draw(st.sampled_from(["dynamic", "static", "static graphs"]))  # graphs: CUDA's semantics (`graphs.py`)
     cost = draw(st.sampled_from([None, (0.0, 0.05), (0.5, 0.3)]))
     shared = draw(st.one_of(st.none(), options(name, greedy=True)))  # greedy rows alike: the fused step's batches
     return dict(name=name, dtype=dtype, cache=cache, cost=cost, memory=draw(st.booleans()),
@@ -170,26 +172,17 @@ def test_served_rows_stay_in_bounds_and_equal_greedy(load):
     name, dtype, tok = load["name"], load["dtype"], _tokenizer()
     model = _model(name, dtype)
     made = [_row(r, name, dtype, tok) for r in load["requests"]]
-    cache = load["cache"]
+    cache, graphs = load["cache"].split()[0], load["cache"].endswith("graphs")
     try:
         Engine(model, draft_cost=0, cache_implementation=cache).stop()
     except ValueError:  # recurrent states or rows apart: served from the dynamic cache only
         cache = "dynamic"
-    engine = Engine(model, memory=Memory() if load["memory"] else None, draft_cost=load["cost"],
-                    cache_implementation=cache, max_model_len=160 if cache == "static" else None)
     arrivals = sorted(range(len(made)), key=lambda k: load["requests"][k]["turn"])
     rows = [row for row, _ in made]
-    try:
-        with torch.inference_mode():
-            turn = 0
-            while not all(row.done for row in rows):
-                while arrivals and (load["requests"][arrivals[0]]["turn"] <= turn or not engine.rows):
-                    engine.submit(rows[arrivals.pop(0)])  # (none running: the next one arrives now)
-                engine._turn(wait=False)
-                turn += 1
-                assert engine.error is None and turn < 10_000
-    finally:
-        engine.stop()
+    with pytest.MonkeyPatch.context() as patch:
+        if graphs:
+            cpu_graphs(patch)
+        _serve(model, load, cache, rows, arrivals)
     for request, (row, want) in zip(load["requests"], made):
         c = row.stats
         assert row.finish in ("stop", "length") and 1 <= len(row.out) <= row.max_new
@@ -210,3 +203,20 @@ def test_served_rows_stay_in_bounds_and_equal_greedy(load):
         assert _equal(name, request["prompt"], row.out, want, dtype), (request, row.out, want)
         if not row.text.stops:
             assert row.text.text == tok.decode(row.out, skip_special_tokens=True)
+
+
+def _serve(model, load: dict, cache: str, rows: list, arrivals: list) -> None:
+    """Run the load's rows through an `Engine`, each arriving at its turn (or when none runs)."""
+    engine = Engine(model, memory=Memory() if load["memory"] else None, draft_cost=load["cost"],
+                    cache_implementation=cache, max_model_len=160 if cache == "static" else None)
+    try:
+        with torch.inference_mode():
+            turn = 0
+            while not all(row.done for row in rows):
+                while arrivals and (load["requests"][arrivals[0]]["turn"] <= turn or not engine.rows):
+                    engine.submit(rows[arrivals.pop(0)])  # (none running: the next one arrives now)
+                engine._turn(wait=False)
+                turn += 1
+                assert engine.error is None and turn < 10_000
+    finally:
+        engine.stop()

@@ -498,6 +498,13 @@ def test_static_rows_leave_and_join_while_the_batch_moves(reference):
     """Rows of 8 to 60 new tokens join a static batch at set steps (the engine's turns run here, in order): a request
     takes the batch row another one left, so the running rows are in no batch order; the batch grows (1, 4, 16 rows)
     and shrinks as they leave, moving the running rows' slots each time; every row decodes to its greedy answer."""
+    sizes = rows_joining_and_leaving(reference)
+    assert 4 in sizes and 16 in sizes and any(b < a for a, b in zip(sizes, sizes[1:]))  # grown, and shrunk later
+
+
+def rows_joining_and_leaving(reference) -> list:
+    """Seven requests joining and leaving a static batch at set turns, each row checked against its greedy answer
+    and the rows seen running out of batch order; the batch sizes the running rows moved to."""
     from lookahead.serve import batch
     from lookahead.serve.engine import Engine, _fast
     from lookahead.serve.row import Drafting, Row, Sampling
@@ -521,7 +528,7 @@ def test_static_rows_leave_and_join_while_the_batch_moves(reference):
     assert len(rows) == 7 and all(row.done for row in rows) and not engine.rows
     assert [row.out for row in rows] == [greedy_ids(reference, p, n) for p, n in zip(prompts, lengths)]
     assert [0, 2, 3, 1] in orders  # a joined row took a freed batch row: every row running, out of batch order
-    assert 4 in sizes and 16 in sizes and any(b < a for a, b in zip(sizes, sizes[1:]))  # grown, and shrunk later
+    return sizes
 
 
 def _turned(engine, rows: list) -> list:

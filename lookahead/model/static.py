@@ -35,7 +35,7 @@ from . import _kernels, alibi
 from .facts import ModelFacts
 from .indexer import reads_key_positions
 from .local import by_position
-from .layers import FULL, SLIDING, WINDOWED, LayerKinds, additive, check_windows_in_masks, state_space
+from .layers import FULL, INDEXED, SLIDING, WINDOWED, LayerKinds, additive, check_windows_in_masks, state_space
 from .recurrent import Checkpoints, close_states, state_layers
 from .slot_cache import SlotCache, check_static
 
@@ -535,6 +535,9 @@ def static_mode(facts: ModelFacts, config) -> tuple | None:
       second per width, a compilation ~15 s), for the architectures the static path is tested on (`TESTED`, with
       sliding-window layers or not) when they sit on one device; others keep the dynamic cache.
     - anything else ("dynamic", ...): the dynamic cache.
+
+    A model whose indexer picks each query's keys (`indexer.pick_alone`: rows of every width, read on the host) is
+    never captured: its steps run without graphs.
     """
     implementation = getattr(config, "cache_implementation", None)
     cuda = facts.device.type == "cuda"
@@ -549,7 +552,7 @@ def static_mode(facts: ModelFacts, config) -> tuple | None:
             from transformers import CompileConfig
 
             compile_config = CompileConfig()
-        return (False, None) if off else (True, compile_config)
+        return (False, None) if off else (all(layer.kind != INDEXED for layer in facts.layers), compile_config)
     if implementation is None and cuda and not off and not spread and facts.model_type in TESTED:
         return True, None
     return None

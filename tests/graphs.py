@@ -3,14 +3,17 @@
 
 A captured CUDA graph replays fixed kernels on fixed memory: every tensor it read at capture is read again from the
 same storage (a tensor the host code has since replaced is not seen), every Python value is what it was at capture,
-and a host sync inside the capture (`.item()`, `nonzero`, `if tensor:`) fails it. `CpuGraph` records the aten ops a
-capture runs (a `TorchDispatchMode`) and replays them on the tensors they took at capture, writing each op's fresh
-result into the tensor it returned then, so later ops and the caller read them there; a recorded sync op fails the
-capture as CUDA's does. `cpu_graphs(monkeypatch)` puts it in place of `torch.cuda.CUDAGraph` and its stream helpers
-and lets the static targets capture on a CPU where they would on CUDA (and the checks refuse
-what they refuse there). Graphs captured into one pool (a state's widths) share its memory on CUDA: replaying one
-spoils what the others returned. Host reads that never reach torch (a buffer's memory read through a numpy array
-made before the capture) are not caught.
+and a host sync inside the capture (`.item()`, `nonzero`, `.tolist()`, `if tensor:`) fails it. `CpuGraph` records the
+aten ops a capture runs (a `TorchDispatchMode`) and replays them on the tensors they took at capture, writing each
+op's fresh result into the tensor it returned then, so that later ops and the caller read it there; a sync fails the
+capture as CUDA's does; what a capture returns holds NaN (-1 for integers) until the first replay, and graphs
+captured into one pool (a state's widths) share its memory, so replaying one spoils what the others returned.
+
+`cpu_graphs(monkeypatch)` puts it in place of `torch.cuda.CUDAGraph` and its stream helpers and makes the static
+targets run as on CUDA: steps captured where CUDA captures them, their argmax taken inside the graph, and the checks
+refusing what they refuse there. Not modelled: the host-to-device copies of the step's inputs (on a CPU the graph
+reads the host buffer itself), and host reads that never reach torch (memory read through a numpy array made before
+the capture).
 """
 from __future__ import annotations
 
@@ -136,6 +139,7 @@ def cpu_graphs(monkeypatch) -> type:
     """Let `StaticCausalLM` (and so `StaticServingLM`) capture and replay its steps on a CPU as `CpuGraph`s; returns
     `CpuGraph`, whose counters say how many captures and replays ran."""
     from lookahead import _validate
+    from lookahead.model import static
     from lookahead.model.static import StaticCausalLM
     from lookahead.serve.batch import StaticServingLM
 
@@ -152,6 +156,7 @@ def cpu_graphs(monkeypatch) -> type:
             self.graphs = inspect.signature(_init).bind(self, *args, **kwargs).arguments["graphs"]  # as on CUDA
 
         monkeypatch.setattr(cls, "__init__", with_graphs)
+    monkeypatch.setattr(static, "argmax_in_step", lambda device: True)  # inside the graph, as on CUDA
     monkeypatch.setattr(_validate, "_compiled_static", lambda facts, config: not getattr(config, "disable_compile",
                                                                                            False))  # as on CUDA
     monkeypatch.setattr(CpuGraph, "captures", 0)

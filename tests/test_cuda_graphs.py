@@ -3,7 +3,6 @@
 leaving a captured batch give greedy's tokens."""
 import logging
 
-import numpy as np
 import pytest
 import torch
 

@@ -8,9 +8,9 @@ import torch
 
 from graphs import cpu_graphs
 from lookahead import generate
-from models import CONFIGS, repeated_prompt, tiny_model
-from test_generate import left_padded
+from models import CONFIGS
 from test_serve import reference  # noqa: F401 (a fixture)
+from test_static import static_calls_match_greedy
 
 
 @pytest.fixture
@@ -78,17 +78,7 @@ def test_graphs_sharing_a_pool_overwrite_what_the_others_returned(captured):
 def test_captured_static_steps_give_greedy(captured, arch, draft):
     """A row and a left-padded batch of three whose rows finish at different steps (the running rows move to a
     smaller batch: another set of graphs) give model.generate's tokens from replayed graphs."""
-    model = tiny_model(arch)
-    kwargs = dict(lookup="suffix", draft=draft, cache_implementation="static", draft_cost=0.0)
-    ids = repeated_prompt(0, 40)[None]
-    expected = model.generate(ids, do_sample=False, max_new_tokens=48)
-    assert torch.equal(generate(model, ids, max_new_tokens=48, **kwargs), expected)
-    batch, mask = left_padded([30, 17, 41])
-    eos = int(expected[0, 45])  # a token some rows reach before others
-    expected = model.generate(batch, attention_mask=mask, do_sample=False, max_new_tokens=32, eos_token_id=eos,
-                              pad_token_id=0)
-    out = generate(model, batch, attention_mask=mask, max_new_tokens=32, eos_token_id=eos, pad_token_id=0, **kwargs)
-    assert torch.equal(out, expected)
+    static_calls_match_greedy(arch, draft)
     assert captured.captures >= 2 and captured.replays > 2 * captured.captures
 
 
@@ -131,13 +121,7 @@ def test_each_family_static_call_replays_its_graphs_or_says_why_not(monkeypatch,
     import test_families as TF
     from lookahead.model.facts import ModelFacts
 
-    model = TF._model(name)
-    if isinstance(model, str):
-        pytest.skip(model)
-    try:
-        F.reference(model, F.prompt())
-    except Exception as error:  # noqa: BLE001
-        pytest.skip(f"transformers' own generate fails on the tiny config: {type(error).__name__}: {error}")
+    model = TF.runnable(name)
     want, _ = F.expected(model, "static", name)
     if want != "equal":
         pytest.skip(f"its static call is expected {want}, graphs or not (test_families)")

@@ -27,10 +27,8 @@ def _model(name: str):
         return f"cannot be built tiny offline: {type(error).__name__}: {str(error).splitlines()[0][:120]}"
 
 
-@pytest.mark.parametrize("name,call", CASES, ids=[f"{n}-{c}" for n, c in CASES])
-def test_a_call_equals_generate_or_is_refused_for_its_layers(name, call, request):
-    """The call gives model.generate's greedy tokens (sampling with top_k=1 too), or raises the ValueError its
-    model's layers call for before any forward; never a crash from inside transformers, never other tokens."""
+def runnable(name: str):
+    """The family's tiny model, or skip with why there is none or why transformers' own generate fails on it."""
     model = _model(name)
     if isinstance(model, str):
         pytest.skip(model)
@@ -38,6 +36,14 @@ def test_a_call_equals_generate_or_is_refused_for_its_layers(name, call, request
         F.reference(model, F.prompt())
     except Exception as error:  # noqa: BLE001
         pytest.skip(f"transformers' own generate fails on the tiny config: {type(error).__name__}: {error}")
+    return model
+
+
+@pytest.mark.parametrize("name,call", CASES, ids=[f"{n}-{c}" for n, c in CASES])
+def test_a_call_equals_generate_or_is_refused_for_its_layers(name, call, request):
+    """The call gives model.generate's greedy tokens (sampling with top_k=1 too), or raises the ValueError its
+    model's layers call for before any forward; never a crash from inside transformers, never other tokens."""
+    model = runnable(name)
     want, detail = F.expected(model, call, name)
     if want == "xfail":
         request.applymarker(pytest.mark.xfail(strict=False, reason=detail))

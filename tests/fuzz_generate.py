@@ -5,9 +5,10 @@ corrupts the heap silently; compiled with them, it raises IndexError.
 Every greedy call must equal `model.generate(do_sample=False)`; a sampling call must return well-formed rows. The
 calls span what reaches the kernels' buffers at their edges: batches with ragged prompts of one token on, calls that
 run to `max_new_tokens` (where the room left and the draft width meet) or whose rows end early at an eos, chain and
-tree budgets from 1 to 64, `draft_cost` 0 and default, the dynamic and the static cache, the fused and the unfused
-loop, repetitive and random prompts, every lookup (recycling ones with their predictions cold or kept from earlier
-calls), on the bundled pretrained model and on a random one, in float32 and float64.
+tree budgets from 1 to 64, `draft_cost` 0 and default, the dynamic and the static cache (also captured as CUDA graphs
+on a CPU stand-in: `graphs.py`), the fused and the unfused loop, repetitive and random prompts, every lookup
+(recycling ones with their predictions cold or kept from earlier calls), on the bundled pretrained model and on a
+random one, in float32 and float64.
 FUZZ_EXAMPLES sets the number of calls (default 300).
 
 A multi-token forward rounds differently from a one-token one, so in float32 a greedy output may leave plain
@@ -19,12 +20,14 @@ import functools
 import os
 
 import numpy as np
+import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from transformers import AutoModelForCausalLM
 
 from lookahead import Memory, generate
+from graphs import cpu_graphs
 from lookahead.models import default_model_path
 from models import tiny_model
 
@@ -94,7 +97,7 @@ def calls(draw) -> dict:
     lookups = ["suffix", "recycle", "suffix+recycle"] + (["ngram"] if draft == "chain" else [])
     kwargs = dict(lookup=draw(st.sampled_from(lookups)), draft=draft,
                   max_new_tokens=draw(st.integers(1, 300)), draft_cost=draw(st.sampled_from([None, 0.0])),
-                  cache_implementation=draw(st.sampled_from(["dynamic", "static"])),
+                  cache_implementation=draw(st.sampled_from(["dynamic", "static", "static graphs"])),
                   eos_token_id=draw(st.sampled_from([[], [_common_tokens(name)[draw(st.integers(0, 9))]]])),
                   pad_token_id=0)
     budget = draw(st.one_of(st.none(), st.integers(1, 64)))
@@ -104,7 +107,9 @@ def calls(draw) -> dict:
     if "recycle" in kwargs["lookup"] and draw(st.booleans()):  # predictions kept from the model's earlier calls
         kwargs["memory"] = _memory(name, dtype)
     sample = draw(st.sampled_from([False, False, True]))
-    return dict(name=name, dtype=dtype, ids=ids, mask=mask, sample=sample, kwargs=kwargs)
+    graphs = kwargs["cache_implementation"] == "static graphs"  # captured with CUDA graphs' semantics (`graphs.py`)
+    kwargs["cache_implementation"] = kwargs["cache_implementation"].split()[0]
+    return dict(name=name, dtype=dtype, ids=ids, mask=mask, sample=sample, kwargs=kwargs, graphs=graphs)
 
 
 def _sequences(out) -> torch.Tensor:
@@ -115,6 +120,13 @@ def _sequences(out) -> torch.Tensor:
 @given(calls())
 def test_generate_stays_in_bounds_and_equals_greedy(call):
     """Greedy calls equal `model.generate` (in float32, up to near-ties); sampling calls return rows of valid ids."""
+    with pytest.MonkeyPatch.context() as patch:
+        if call["graphs"]:
+            cpu_graphs(patch)
+        _check(call)
+
+
+def _check(call: dict) -> None:
     model, ids, mask, kwargs = _model(call["name"], call["dtype"]), call["ids"], call["mask"], call["kwargs"]
     if call["sample"]:
         out = _sequences(generate(model, ids, attention_mask=mask, do_sample=True, generator=0, **kwargs))

@@ -109,6 +109,61 @@ def test_smollm2_greedy_is_lossless(smollm2, options):
 
 
 @needs_smollm2
+def test_a_gguf_model_is_kept_de_quantized_and_read_back_the_same(smollm2):
+    """The first load keeps what transformers de-quantized (weights, config, generation config, tokenizer and its chat
+    template); later loads read that copy, in the dtype asked for, and give the same model."""
+    model, tok, note = smollm2
+    folder = gguf.kept_folder(gguf.resolve("smollm2"))
+    assert (folder / "model.safetensors").is_file() and (folder / "tokenizer.json").is_file()
+    again, tok2, note2 = models.load("smollm2")
+    theirs = again.state_dict()
+    assert note2 == note and all(torch.equal(weight, theirs[name]) for name, weight in model.state_dict().items())
+    assert again.config.to_dict() | {"architectures": None} == model.config.to_dict() | {"architectures": None}
+    assert again.generation_config.to_dict() == model.generation_config.to_dict()
+    text = "Rename `values` to `samples`:\n```python\ndef f(values):\n    return values  # é 🙂\n```"
+    assert tok2(text).input_ids == tok(text).input_ids and tok2.chat_template == tok.chat_template
+    half, _, _ = models.load("smollm2", dtype="bf16")
+    assert half.dtype == torch.bfloat16 and torch.equal(half.lm_head.weight, model.lm_head.weight.bfloat16())
+
+
+def test_a_kept_copy_that_cannot_be_read_is_removed_and_the_file_read_again(monkeypatch, tmp_path, caplog):
+    """A kept folder that transformers cannot read (a load killed mid-write leaves none: folders are renamed into
+    place whole) is said, removed, and not used."""
+    folder = tmp_path / "model-0123"
+    folder.mkdir()
+    (folder / "config.json").write_text("{not json")
+    monkeypatch.setattr(gguf, "kept_folder", lambda path: folder)
+    with caplog.at_level("WARNING", logger="lookahead.models.gguf"):
+        assert gguf._load_kept(tmp_path / "model.gguf", {}) is None
+    assert not folder.exists() and "cannot be read" in caplog.text and "reading the GGUF file again" in caplog.text
+
+
+def test_a_cache_that_cannot_be_written_only_means_reading_the_file_again(monkeypatch, tmp_path, caplog):
+    """No room or a read-only folder: nothing is kept, nothing half-written is left, and the load goes on."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = models.default_model_path()
+    model, tok = AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
+    source = tmp_path / "tiny.gguf"
+    source.write_bytes(b"GGUF")
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file where the cache folder would go")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))
+    with caplog.at_level("INFO", logger="lookahead.models.gguf"):
+        assert gguf._keep(source, model, tok) is False
+    assert "not keeping tiny.gguf de-quantized" in caplog.text
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "roomy"))
+    assert gguf._keep(source, model, tok) is True
+    kept = gguf.kept_folder(source)
+    assert sorted(p.name for p in kept.parent.iterdir()) == [kept.name]  # renamed into place, nothing beside it
+    loaded_tok, loaded = gguf._load_kept(source, {})
+    assert torch.equal(loaded.lm_head.weight, model.lm_head.weight) and loaded.config._name_or_path == str(tmp_path)
+    source.write_bytes(b"GGUF, changed")  # another file at the path: another folder, replacing the old one
+    assert gguf._keep(source, model, tok) is True and [p.name for p in kept.parent.iterdir()] == \
+        [gguf.kept_folder(source).name] != [kept.name]
+
+
+@needs_smollm2
 def test_generate_cli_takes_smollm2_and_its_gguf_path(tmp_path, cli):
     """`lookahead generate --model smollm2` and `--model FILE.gguf` write the same records."""
     source = tmp_path / "in.jsonl"

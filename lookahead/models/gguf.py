@@ -5,7 +5,12 @@ packages carry in four chunks (Gemma 3 270M, the base model, Q4_K_M; Gemma terms
 
 transformers reads a GGUF file itself (``from_pretrained(folder, gguf_file=name)``, which needs the ``gguf``
 package) and dequantizes it to a plain PyTorch model: the model and its tokenizer (with the chat template) both
-come from the one file.
+come from the one file. Reading it takes tens of seconds (SmolLM2 20 s, Gemma 3 50 s on a 2-core CPU: transformers'
+GGUF reader, not the de-quantization), so the first load keeps what it gives (the same weights, config, generation
+config and tokenizer, as `save_pretrained` writes them) in ``$XDG_CACHE_HOME/lookahead/gguf`` (``~/.cache`` without
+it), one folder per file; later loads read that in a second. A folder is made whole or not at all, belongs to one
+file (its path, size and modification time) and one transformers and gguf version, and replaces the file's older
+ones; delete it to free the space (SmolLM2 520 MB, Gemma 3 1.1 GB).
 
 Example::
 
@@ -15,11 +20,17 @@ Example::
 """
 from __future__ import annotations
 
+import hashlib
+import importlib.metadata
 import importlib.util
+import json
 import logging
+import os
+import shutil
 import time
 from pathlib import Path
 
+from ..runtime.store import cache_folder
 from ._loading import first_line as _first_line
 from ._loading import quiet_from_pretrained
 
@@ -148,16 +159,89 @@ def load(name: str, device: str = "cpu", dtype=None) -> tuple:
     check_reader()
     extra = {} if dtype is None else {"dtype": dtype}
     start = time.perf_counter()
-    logger.info("lookahead: loading %s: transformers de-quantizes every tensor (tens of seconds on a small CPU)",
-                path.name)
-    try:
-        tokenizer = _quiet_load("AutoTokenizer", path)
-        model = _quiet_load("AutoModelForCausalLM", path, **extra)
-    except (OSError, ValueError, TypeError, KeyError, RuntimeError) as error:
-        raise ValueError(f"cannot load the GGUF model {path}: {_first_line(error)}") from None
+    loaded = _load_kept(path, extra)
+    if loaded is None:
+        logger.info("lookahead: loading %s: transformers reads and de-quantizes every tensor (tens of seconds on a "
+                    "small CPU, once: the result is kept)", path.name)
+        try:
+            tokenizer = _quiet_load("AutoTokenizer", path)
+            model = _quiet_load("AutoModelForCausalLM", path)  # float32: what is kept, whatever `dtype`
+        except (OSError, ValueError, TypeError, KeyError, RuntimeError) as error:
+            raise ValueError(f"cannot load the GGUF model {path}: {_first_line(error)}") from None
+        kept = _keep(path, model, tokenizer)
+        loaded = (tokenizer, model) if dtype is None else _load_kept(path, extra) if kept \
+            else (tokenizer, _quiet_load("AutoModelForCausalLM", path, **extra))
+    tokenizer, model = loaded
     logger.info("lookahead: loaded %s in %.1f s", path.name, time.perf_counter() - start)
     label = LABELS.get(name.lower(), path.name)
     return model.to(device).eval(), tokenizer, f"model: {label}"
+
+
+def kept_folder(path: Path) -> Path:
+    """Where the de-quantized model of the GGUF file `path` is kept: a folder named by the file's name and a hash of
+    what the copy depends on (the file's path, size and modification time; transformers' and gguf's versions)."""
+    stat = path.stat()
+    key = {"file": str(path), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "format": 1,
+           **{package: _version(package) for package in ("transformers", "gguf")}}
+    digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
+    return cache_folder() / "gguf" / f"{path.stem}-{digest}"
+
+
+def _load_kept(path: Path, extra: dict) -> tuple | None:
+    """(tokenizer, model) from the kept folder of `path` (`extra`: from_pretrained's dtype), or None where there is
+    none or it cannot be read (it is then removed, and the file read again)."""
+    folder = kept_folder(path)
+    if not (folder / "config.json").is_file():
+        return None
+    try:
+        tokenizer = quiet_from_pretrained("AutoTokenizer", str(folder), local_files_only=True)
+        model = quiet_from_pretrained("AutoModelForCausalLM", str(folder), local_files_only=True, **extra)
+    except (OSError, ValueError, TypeError, KeyError, RuntimeError) as error:
+        logger.warning("lookahead: the kept copy of %s in %s cannot be read (%s); reading the GGUF file again",
+                       path.name, folder, _first_line(error))
+        shutil.rmtree(folder, ignore_errors=True)
+        return None
+    model.config._name_or_path = tokenizer.name_or_path = str(path.parent)  # as the file's own load names them
+    return tokenizer, model
+
+
+def _keep(path: Path, model, tokenizer) -> bool:
+    """Write the de-quantized `model` and `tokenizer` of `path` to its kept folder (whole, or not at all: written
+    beside it, then renamed), removing the file's older folders; whether it is there. A folder that cannot be written
+    (no room, read-only) only means reading the file again next time."""
+    folder = kept_folder(path)
+    parts = folder.parent / f".{folder.name}.{os.getpid()}"
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        need = 2 * sum(p.numel() * p.element_size() for p in model.parameters())
+        if shutil.disk_usage(folder.parent).free < need:
+            logger.info("lookahead: not keeping %s de-quantized: %s has less than %d MB free", path.name,
+                        folder.parent, need >> 20)
+            return False
+        quantizer = getattr(model, "hf_quantizer", None)
+        model.hf_quantizer = None  # transformers refuses to save a model it read from GGUF; its weights are plain
+        try:
+            model.save_pretrained(parts)
+        finally:
+            model.hf_quantizer = quantizer
+        tokenizer.save_pretrained(parts)
+        for old in folder.parent.glob(f"{path.stem}-*"):  # the file's copies from other versions
+            shutil.rmtree(old, ignore_errors=True)
+        os.replace(parts, folder)
+    except OSError as error:
+        logger.info("lookahead: not keeping %s de-quantized in %s: %s", path.name, folder.parent, _first_line(error))
+        shutil.rmtree(parts, ignore_errors=True)
+        return (folder / "config.json").is_file()
+    logger.info("lookahead: kept %s de-quantized in %s; later loads read it (delete it to free the space)",
+                path.name, folder)
+    return True
+
+
+def _version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return ""
 
 
 def load_config(name: str) -> tuple:
@@ -168,6 +252,13 @@ def load_config(name: str) -> tuple:
     """
     path = resolve(name)
     check_reader()
+    folder = kept_folder(path)
+    if (folder / "config.json").is_file():
+        try:
+            return (quiet_from_pretrained("AutoConfig", str(folder), local_files_only=True),
+                    quiet_from_pretrained("AutoTokenizer", str(folder), local_files_only=True))
+        except (OSError, ValueError, TypeError, KeyError, RuntimeError):
+            pass  # (read from the file below; `load` replaces the folder)
     try:
         return _quiet_load("AutoConfig", path), _quiet_load("AutoTokenizer", path)
     except (OSError, ValueError, TypeError, KeyError, RuntimeError) as error:

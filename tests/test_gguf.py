@@ -158,9 +158,14 @@ def test_a_cache_that_cannot_be_written_only_means_reading_the_file_again(monkey
     assert sorted(p.name for p in kept.parent.iterdir()) == [kept.name]  # renamed into place, nothing beside it
     loaded_tok, loaded = gguf._load_kept(source, {})
     assert torch.equal(loaded.lm_head.weight, model.lm_head.weight) and loaded.config._name_or_path == str(tmp_path)
+    other = tmp_path / "tiny-v2.gguf"  # another file whose name starts alike: its copy stays
+    other.write_bytes(b"GGUF 2")
+    assert gguf._keep(other, model, tok) is True
     source.write_bytes(b"GGUF, changed")  # another file at the path: another folder, replacing the old one
-    assert gguf._keep(source, model, tok) is True and [p.name for p in kept.parent.iterdir()] == \
-        [gguf.kept_folder(source).name] != [kept.name]
+    assert gguf._keep(source, model, tok) is True and gguf._keep(source, model, tok) is True  # (a second writer)
+    assert sorted(p.name for p in kept.parent.iterdir()) == sorted([gguf.kept_folder(source).name,
+                                                                    gguf.kept_folder(other).name])
+    assert gguf.kept_folder(source) != kept
 
 
 @needs_smollm2

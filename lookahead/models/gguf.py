@@ -210,6 +210,8 @@ def _keep(path: Path, model, tokenizer) -> bool:
     beside it, then renamed), removing the file's older folders; whether it is there. A folder that cannot be written
     (no room, read-only) only means reading the file again next time."""
     folder = kept_folder(path)
+    if (folder / "config.json").is_file():  # another process kept it meanwhile
+        return True
     parts = folder.parent / f".{folder.name}.{os.getpid()}"
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
@@ -225,13 +227,16 @@ def _keep(path: Path, model, tokenizer) -> bool:
         finally:
             model.hf_quantizer = quantizer
         tokenizer.save_pretrained(parts)
-        for old in folder.parent.glob(f"{path.stem}-*"):  # the file's copies from other versions
-            shutil.rmtree(old, ignore_errors=True)
+        for old in folder.parent.glob(f"{path.stem}-" + "[0-9a-f]" * 12):  # the file's copies from other versions
+            if old != folder:
+                shutil.rmtree(old, ignore_errors=True)
         os.replace(parts, folder)
     except OSError as error:
-        logger.info("lookahead: not keeping %s de-quantized in %s: %s", path.name, folder.parent, _first_line(error))
         shutil.rmtree(parts, ignore_errors=True)
-        return (folder / "config.json").is_file()
+        if (folder / "config.json").is_file():  # another process renamed its copy into place first
+            return True
+        logger.info("lookahead: not keeping %s de-quantized in %s: %s", path.name, folder.parent, _first_line(error))
+        return False
     logger.info("lookahead: kept %s de-quantized in %s; later loads read it (delete it to free the space)",
                 path.name, folder)
     return True

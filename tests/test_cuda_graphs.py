@@ -82,6 +82,25 @@ def test_captured_static_steps_give_greedy(captured, arch, draft):
     assert captured.captures >= 2 and captured.replays > 2 * captured.captures
 
 
+@pytest.mark.parametrize("draft", ["chain", "tree"])
+def test_logits_kept_for_the_output_outlive_the_next_replays(captured, draft):
+    """Scores and logits recorded for the output are copies of a replayed graph's outputs, which the next replay (of
+    any width of the state: one memory pool) overwrites: they equal model.generate's, rows finishing on the way."""
+    from test_static import _staggered
+
+    model, batch, mask, eos = _staggered()
+    kwargs = dict(attention_mask=mask, max_new_tokens=40, eos_token_id=eos, return_dict_in_generate=True,
+                  output_scores=True, output_logits=True)
+    expected = model.generate(batch, do_sample=False, **kwargs)
+    out = generate(model, batch, lookup="suffix", draft=draft, cache_implementation="static", draft_cost=0.0,
+                   repetition_penalty=1.0, **kwargs)
+    assert torch.equal(out.sequences, expected.sequences)
+    ours, theirs = torch.stack(out.logits), torch.stack(expected.logits)  # [steps, b, V]
+    running = torch.isfinite(ours).all(-1)  # after a row finished, ours puts all mass on the pad id
+    assert running.sum() > 60 and torch.allclose(ours[running], theirs[running], atol=1e-4)
+    assert captured.replays > 5
+
+
 def test_the_server_replays_its_captured_batches_as_rows_join_and_leave(captured, reference):
     """`lookahead serve`'s static cache on CUDA: rows joining a captured batch, leaving it, and the batch moving
     between sizes (each size its own graphs) decode every row to its greedy answer from replayed graphs."""

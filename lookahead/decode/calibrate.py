@@ -10,7 +10,8 @@ A measurement taken while other work holds the CPU says wide forwards cost more 
 and would switch drafting off for good. So a curve is kept on disk only when no other process kept `BUSY` cores
 busy while it was measured (`lookahead.runtime.threads.OtherWork`), and a kept curve is checked when a new process loads it:
 a few one-token forwards timed against the one-token time it was measured with; a machine that is now clearly
-faster (`FASTER`) measures it again.
+faster (`FASTER`) measures it again. The check's forwards follow a short context (`CHECK_CONTEXT`, whose own time the
+curve keeps), so a new process pays a few forwards for it, not the prefill of the curve's context.
 """
 from __future__ import annotations
 
@@ -72,6 +73,7 @@ def _timed(model, sizes, context: int, batch: int, repeats: int) -> tuple:
 
 
 CONTEXT = 512  # cached tokens the forwards are timed after
+CHECK_CONTEXT = 32  # cached tokens a kept curve's check (`fresh`) times its one-token forwards after
 
 
 def measure_draft_cost(model, context: int = CONTEXT, batch: int = 1, max_tokens: int = 32) -> CostCurve:
@@ -98,6 +100,7 @@ def measure_draft_cost(model, context: int = CONTEXT, batch: int = 1, max_tokens
         curve[n - 1] = times[n] / times[1]
     curve = CostCurve(curve)
     curve.seconds, curve.busy = times[1], share  # a one-token forward, and how busy the CPU was
+    curve.check = forward_times(model, (1,), min(CHECK_CONTEXT, context), batch, 3)[1]  # the same after few tokens
     return curve
 
 
@@ -130,7 +133,7 @@ def measured_draft_cost(model, max_tokens: int, store: Store | None = None) -> C
             if curve.busy is None or curve.busy < BUSY:
                 store.put("cost-curves", stored_key, {"costs": [c if c < float("inf") else None
                                                                 for c in curve.raw.tolist()],
-                                                      "seconds": curve.seconds})
+                                                      "seconds": curve.seconds, "check": curve.check})
         known[key] = curve
     return known[key]
 
@@ -149,30 +152,34 @@ def _measure(model, max_tokens: int) -> CostCurve:
 
 
 def _stored(raw) -> CostCurve | None:
-    """A kept curve (costs, and the one-token forward's seconds when it was measured), or None."""
+    """A kept curve (costs, and the one-token forward's seconds when it was measured: after its context, and after
+    `CHECK_CONTEXT` tokens), or None."""
     if raw is None:
         return None
-    costs, seconds = (raw.get("costs"), raw.get("seconds")) if isinstance(raw, dict) else (raw, None)
+    raw = raw if isinstance(raw, dict) else {"costs": raw}
     try:
-        curve = CostCurve([float("inf") if c is None else c for c in costs])
+        curve = CostCurve([float("inf") if c is None else c for c in raw.get("costs")])
     except (TypeError, ValueError):
         return None
-    curve.seconds = seconds
+    curve.seconds, curve.check = raw.get("seconds"), raw.get("check")
     return curve
 
 
 def fresh(model, curve: CostCurve, repeats: int = 3) -> bool:
-    """Whether a kept curve still holds here: a one-token forward after `CONTEXT` cached tokens takes at least
-    `FASTER` times what it took when the curve was measured (a curve measured on a busy CPU made every forward look
-    slow, wide ones most). A curve kept without its time is taken as it is."""
-    if not getattr(curve, "seconds", None):
+    """Whether a kept curve still holds here: a one-token forward after `CHECK_CONTEXT` cached tokens (a curve kept
+    without that time: after `CONTEXT`) takes at least `FASTER` times what it took when the curve was measured (a
+    curve measured on a busy CPU made every forward look slow, wide ones most). A curve kept without its time is
+    taken as it is."""
+    then = getattr(curve, "check", None) or getattr(curve, "seconds", None)
+    if not then:
         return True
-    now = forward_times(model, (1,), min(CONTEXT, (position_limit(model.config) or 2 * CONTEXT) // 2), 1,
+    context = CHECK_CONTEXT if getattr(curve, "check", None) else CONTEXT
+    now = forward_times(model, (1,), min(context, (position_limit(model.config) or 2 * context) // 2), 1,
                         repeats)[1]
-    if now >= FASTER * curve.seconds or curve.seconds - now < NOISE:
+    if now >= FASTER * then or then - now < NOISE:
         return True
     logger.warning("lookahead: a one-token forward takes %.1f ms now against %.1f ms when the verification cost was "
-                   "measured: measuring it again", 1e3 * now, 1e3 * curve.seconds)
+                   "measured: measuring it again", 1e3 * now, 1e3 * then)
     return False
 
 

